@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Sets up everything the suite needs on a fresh Debian + Python 3.11 machine:
+# Debian packages (Open MPI, cmake, g++), a virtual environment with the pinned
+# dependencies, and Horovod built from source with TensorFlow, Gloo and MPI.
+#
+# Idempotent: the environment is cached outside the clone, keyed on the pinned
+# versions, so a repeat run takes seconds. The clone gets a `.venv` symlink to it.
+#
+# Environment knobs:
+#   SUITE_CACHE_DIR   where environments and the Horovod wheel are cached
+#                     (default: ~/.cache/mlperf-hvd-suite)
+#   SUITE_DEVICE      cpu | gpu (default: gpu when nvidia-smi works, else cpu);
+#                     gpu installs `tensorflow` and builds Horovod with NCCL.
+#   SUITE_PYTHON      interpreter used to create the environment (default: python3.11)
+#   SUITE_SKIP_APT=1  do not touch Debian packages (e.g. inside a prepared image)
+set -euo pipefail
+
+HOROVOD_VERSION=0.28.1
+SETUP_REVISION=1   # bump to invalidate cached environments after changing this script
+
+repo_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache_dir=${SUITE_CACHE_DIR:-$HOME/.cache/mlperf-hvd-suite}
+python_bin=${SUITE_PYTHON:-python3.11}
+requirements=$repo_dir/requirements.txt
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+detect_device() {
+  if [[ -n ${SUITE_DEVICE:-} ]]; then echo "$SUITE_DEVICE"; return; fi
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo gpu
+  else
+    echo cpu
+  fi
+}
+
+install_debian_packages() {
+  [[ ${SUITE_SKIP_APT:-0} == 1 ]] && return
+  local wanted=(openmpi-bin libopenmpi-dev cmake g++ make git)
+  local missing=()
+  for pkg in "${wanted[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  ((${#missing[@]} == 0)) && return
+  command -v apt-get >/dev/null || die "Debian packages missing (${missing[*]}) and no apt-get to install them"
+  local sudo=
+  [[ $(id -u) -ne 0 ]] && sudo=sudo
+  log "installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Requirements for this device: on GPU hosts the CPU-only TensorFlow wheel is swapped
+# for the full one of the same version.
+device_requirements() {
+  if [[ $1 == gpu ]]; then
+    sed -e 's/^tensorflow-cpu==/tensorflow==/' "$requirements"
+  else
+    cat "$requirements"
+  fi
+}
+
+tensorflow_pin() { grep -E '^tensorflow(-cpu)?==' "$requirements" | sed 's/.*==//'; }
+
+environment_key() {
+  local device=$1
+  { device_requirements "$device"; echo "horovod=$HOROVOD_VERSION device=$device rev=$SETUP_REVISION";
+    "$python_bin" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12
+}
+
+# Builds the Horovod wheel once per (Horovod, TensorFlow, Python, device) and keeps it.
+build_horovod_wheel() {
+  local venv=$1 device=$2
+  local pyver; pyver=$("$venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+  local wheel_dir=$cache_dir/wheels/horovod-$HOROVOD_VERSION-tf$(tensorflow_pin)-py$pyver-$device
+  if ! compgen -G "$wheel_dir/horovod-*.whl" >/dev/null; then
+    log "building Horovod $HOROVOD_VERSION from source (a few minutes)"
+    local tmp_dir="$wheel_dir.partial.$$"
+    rm -rf "$tmp_dir"; mkdir -p "$tmp_dir"
+    local gpu_ops=()
+    [[ $device == gpu ]] && gpu_ops=(HOROVOD_GPU_OPERATIONS=NCCL)
+    env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+        HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 "${gpu_ops[@]}" \
+        MAKEFLAGS="-j$(nproc)" \
+      "$venv/bin/pip" wheel --no-deps --no-build-isolation --no-cache-dir \
+        -w "$tmp_dir" "horovod==$HOROVOD_VERSION" >"$tmp_dir.log" 2>&1 \
+      || { tail -n 40 "$tmp_dir.log" >&2; die "Horovod build failed (full log: $tmp_dir.log)"; }
+    rm -rf "$wheel_dir"; mv "$tmp_dir" "$wheel_dir"; rm -f "$tmp_dir.log"
+  fi
+  compgen -G "$wheel_dir/horovod-*.whl" | head -n 1
+}
+
+create_environment() {
+  local venv=$1 device=$2
+  log "creating environment $venv"
+  rm -rf "$venv"
+  "$python_bin" -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip setuptools wheel
+  # cloudpickle, psutil, pyyaml, packaging and cffi are Horovod's own run-time needs.
+  device_requirements "$device" | "$venv/bin/pip" install -q -r /dev/stdin cloudpickle psutil packaging cffi
+  local wheel; wheel=$(build_horovod_wheel "$venv" "$device")
+  "$venv/bin/pip" install -q --no-deps "$wheel"
+  touch "$venv/.complete"
+}
+
+main() {
+  install_debian_packages
+  command -v "$python_bin" >/dev/null || die "$python_bin not found (set SUITE_PYTHON)"
+  local device; device=$(detect_device)
+  [[ $device == cpu || $device == gpu ]] || die "SUITE_DEVICE must be cpu or gpu, not '$device'"
+  local venv=$cache_dir/env-$(environment_key "$device")
+  mkdir -p "$cache_dir"
+  if [[ ! -f $venv/.complete ]]; then
+    create_environment "$venv" "$device"
+  fi
+  ln -sfn "$venv" "$repo_dir/.venv"
+  # The suite itself, editable, so console scripts point at this clone.
+  (cd "$repo_dir" && "$venv/bin/pip" install -q --no-deps --no-build-isolation -e .) >/dev/null
+  "$venv/bin/horovodrun" --check-build >&2
+  log "ready: $repo_dir/.venv -> $venv ($device)"
+}
+
+main "$@"
