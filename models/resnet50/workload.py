@@ -1,0 +1,257 @@
+"""The ResNet-50 workload: config, presets, closed-rule checks and the pieces the suite's loop runs."""
+from dataclasses import dataclass
+
+import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
+
+from suite.config import CommonConfig, Preset
+from suite.workload import Block, Division, Job, WorkloadSpec
+
+BENCHMARK = "resnet"
+TARGET_TOP1 = 0.759
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResNetConfig(CommonConfig):
+    """ResNet-50 v1.5 hyperparameters; the defaults are the closed 8-GPU convergence point (batch 3264)."""
+
+    global_batch_size: int = 3264
+    image_size: int = 224
+    """Training crop size; the closed rules fix it at 224."""
+    num_classes: int = 1000
+    data_format: str = "channels_last"
+    """channels_last, or channels_first (GPU only: TensorFlow's CPU convolutions are NHWC)."""
+    eval_batch_size: int = 0
+    """Per-rank evaluation batch; 0 means the per-rank training batch."""
+    optimizer: str = "lars"
+    """lars or sgd (momentum), the two closed options."""
+    base_lr: float = 10.5
+    warmup_epochs: float = 2.0
+    end_lr: float = 0.0001
+    poly_power: float = 2.0
+    momentum: float = 0.9
+    weight_decay: float = 5e-5
+    lars_eeta: float = 0.001
+    lars_epsilon: float = 0.0
+    label_smoothing: float = 0.1
+    epochs: int = 37
+    """Epoch budget; also the length of the learning-rate decay."""
+    epochs_between_evals: int = 4
+    eval_offset: int = 3
+    """First evaluation after this epoch (0 means after epochs_between_evals); MLPerf allows 0-3."""
+    target_accuracy: float = TARGET_TOP1
+
+    def problems(self):
+        found = super().problems()
+        if self.data_format not in ("channels_last", "channels_first"):
+            found.append(f"data_format must be channels_last or channels_first, not {self.data_format!r}")
+        if self.optimizer not in ("lars", "sgd"):
+            found.append(f"optimizer must be lars or sgd, not {self.optimizer!r}")
+        for name in ("image_size", "num_classes", "epochs", "epochs_between_evals"):
+            if getattr(self, name) <= 0:
+                found.append(f"{name} must be positive, not {getattr(self, name)}")
+        if not 0 <= self.eval_offset <= self.epochs_between_evals:
+            found.append(f"eval_offset must be within 0..epochs_between_evals, not {self.eval_offset}")
+        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
+            found.append(f"warmup_epochs must be within 0..epochs, not {self.warmup_epochs}")
+        if not 0 < self.target_accuracy <= 1:
+            found.append(f"target_accuracy is a fraction in (0, 1], not {self.target_accuracy}")
+        return found
+
+
+def _closed(gpus, per_gpu, **hparams):
+    return dict(global_batch_size=gpus * per_gpu, precision="fp16", **hparams)
+
+
+# The closed presets take their hyperparameters from the MLPerf v1.1 reference convergence
+# points (RCPs) for their global batch; the per-GPU batch is what makes them fit a scale.
+RCP_3264 = dict(base_lr=10.5, warmup_epochs=2.0, weight_decay=5e-5, momentum=0.9, epochs=37, eval_offset=3)
+RCP_4096 = dict(base_lr=10.0, warmup_epochs=5.0, weight_decay=2e-4, momentum=0.9, epochs=42, eval_offset=2)
+
+PRESETS = {
+    "closed_8xA100_gbs3264": Preset(
+        "1 node x 8 A100-80GB", "8 GPUs x 408 = 3264",
+        _closed(8, 408, **RCP_3264),
+        "RCP 3264: LR 10.5, warmup 2, wd 5e-5; converges in ~35 epochs (evals at 3, 7, ..., 35)."),
+    "closed_16xA100_gbs3264": Preset(
+        "2 nodes x 8 A100-80GB", "16 GPUs x 204 = 3264",
+        _closed(16, 204, **RCP_3264),
+        "Same RCP as 8 GPUs: the global batch stays, the per-GPU batch halves."),
+    "closed_32xA100_gbs3264": Preset(
+        "4 nodes x 8 A100-80GB", "32 GPUs x 102 = 3264",
+        _closed(32, 102, **RCP_3264),
+        "Same convergence as 8 GPUs; small per-GPU batch, so communication weighs more."),
+    "closed_32xA100_gbs4096": Preset(
+        "4 nodes x 8 A100-80GB", "32 GPUs x 128 = 4096",
+        _closed(32, 128, **RCP_4096),
+        "RCP 4096: LR 10, warmup 5, wd 2e-4; ~40 epochs."),
+    "tiny_cpu": Preset(
+        "2 CPU processes", "2 ranks x 16 = 32",
+        dict(global_batch_size=32, image_size=64, num_classes=4, base_lr=2.0, warmup_epochs=1.0,
+             weight_decay=1e-4, epochs=6, epochs_between_evals=2, eval_offset=2, target_accuracy=0.9,
+             log_every=4, clear_cache=False),
+        "Open division: the learnable generated dataset (4 classes, 64 px) of `make demo`."),
+    "closed_path_cpu": Preset(
+        "2 CPU processes", "2 ranks x 2 = 4",
+        dict(global_batch_size=4, epochs=1, eval_offset=1, warmup_epochs=0.5, log_every=1, clear_cache=False),
+        "The closed code path (224 px, 1000 classes, LARS) at a tiny batch, for tests."),
+}
+
+
+def _eval_epochs(config):
+    """Epochs after which to evaluate: offset, offset + period, ..., and the budget's end."""
+    first = config.eval_offset or config.epochs_between_evals
+    epochs = list(range(first, config.epochs + 1, config.epochs_between_evals))
+    if not epochs or epochs[-1] != config.epochs:
+        epochs.append(config.epochs)
+    return epochs
+
+
+def plan_blocks(config, steps_per_epoch):
+    """MLPerf blocks: each ends with an evaluation; epochs are numbered from 1."""
+    blocks, previous = [], 0
+    for last in _eval_epochs(config):
+        epochs = tuple((epoch, steps_per_epoch) for epoch in range(previous + 1, last + 1))
+        blocks.append(Block(first_epoch_num=previous + 1, epoch_count=last - previous, eval_epoch_num=last,
+                            steps=steps_per_epoch * len(epochs), epochs=epochs))
+        previous = last
+    return blocks
+
+
+def division(config, info):
+    """closed when the run follows the closed ResNet-50 rules, else open with the reasons."""
+    from models.resnet50 import data, optim
+    reasons = []
+    if config.synthetic:
+        reasons.append("synthetic data")
+    elif info and (info.train_records, info.eval_records) != (data.IMAGENET_TRAIN_RECORDS,
+                                                               data.IMAGENET_EVAL_RECORDS):
+        reasons.append(f"dataset is not ImageNet-1k ({info.train_records} train / "
+                       f"{info.eval_records} eval records)")
+    if config.image_size != 224:
+        reasons.append(f"image_size {config.image_size} (closed: 224)")
+    if config.num_classes not in (1000, 1001):
+        reasons.append(f"num_classes {config.num_classes} (closed: 1000 or 1001)")
+    if config.label_smoothing not in (0.0, 0.1):
+        reasons.append(f"label_smoothing {config.label_smoothing} (closed: 0 or 0.1)")
+    if config.epochs_between_evals != 4 or config.eval_offset > 3:
+        reasons.append("evaluation must be every 4 epochs with offset 0-3")
+    if config.target_accuracy != TARGET_TOP1:
+        reasons.append(f"target_accuracy {config.target_accuracy} (closed: {TARGET_TOP1})")
+    reasons += optim.closed_rule_violations(
+        config.optimizer, base_lr=config.base_lr, weight_decay=config.weight_decay, end_lr=config.end_lr,
+        power=config.poly_power, epsilon=config.lars_epsilon, momentum=config.momentum)
+    return Division("open" if reasons else "closed", tuple(reasons))
+
+
+def local_batch(config, world):
+    if config.global_batch_size % world.size:
+        raise ValueError(f"global_batch_size {config.global_batch_size} is not divisible by "
+                         f"{world.size} ranks")
+    return config.global_batch_size // world.size
+
+
+def _set_precision(precision):
+    import tensorflow as tf
+    policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[precision]
+    tf.keras.mixed_precision.set_global_policy(policy)
+
+
+def _datasets(config, world, seed, batch, eval_batch):
+    """(info, train dataset, eval dataset factory, train records, eval records)."""
+    import tensorflow as tf
+    from models.resnet50 import data
+    kwargs = dict(image_size=config.image_size, num_classes=config.num_classes,
+                  channels_first=config.data_format == "channels_first")
+    if config.synthetic:
+        train = data.synthetic_dataset(batch, seed=seed + world.rank, **kwargs)
+        eval_batches = 4
+        return (None, train, lambda: train.take(eval_batches),
+                data.IMAGENET_TRAIN_RECORDS, eval_batches * batch * world.size)
+    info = data.dataset_info(config.data_dir)
+    if info.num_classes and info.num_classes > config.num_classes:
+        raise ValueError(f"{config.data_dir} has {info.num_classes} classes but num_classes is "
+                         f"{config.num_classes}")
+    train = data.train_dataset(info, batch, rank=world.rank, world_size=world.size, seed=seed,
+                               dtype=tf.float32, **kwargs)
+    make_eval = lambda: data.eval_dataset(info, eval_batch, rank=world.rank,  # noqa: E731
+                                          world_size=world.size, dtype=tf.float32, **kwargs)
+    return info, train, make_eval, info.train_records, info.eval_records
+
+
+def build_job(config, world, seed):
+    """Builds model, optimizer, data and schedule for one run (all of it untimed init)."""
+    import tensorflow as tf
+    from models.resnet50 import data, optim
+    from models.resnet50.model import build_resnet50, mlperf_tensor_names
+
+    batch = local_batch(config, world)
+    info, train, make_eval, train_records, eval_records = _datasets(
+        config, world, seed, batch, config.eval_batch_size or batch)
+    steps_per_epoch = train_records // config.global_batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"global_batch_size {config.global_batch_size} exceeds the {train_records} "
+                         f"training records in {config.data_dir}")
+    total_steps = steps_per_epoch * config.epochs
+    warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
+
+    tf.keras.utils.set_random_seed(seed)  # same initial weights on every rank before the broadcast
+    _set_precision(config.precision)
+    model = build_resnet50(config.num_classes, config.image_size, config.data_format)
+    optimizer, schedule = optim.build_optimizer(
+        config.optimizer, base_lr=config.base_lr, warmup_steps=warmup_steps, total_steps=total_steps,
+        momentum=config.momentum, weight_decay=config.weight_decay, end_lr=config.end_lr,
+        power=config.poly_power, eeta=config.lars_eeta, epsilon=config.lars_epsilon)
+    if config.precision == "fp16":
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+
+    hyperparameters = {
+        "global_batch_size": config.global_batch_size,
+        "train_samples": train_records,
+        "eval_samples": eval_records,
+        "model_bn_span": batch,
+        "gradient_accumulation_steps": 1,
+        **optim.mlperf_hyperparameters(
+            config.optimizer, base_lr=config.base_lr, warmup_epochs=config.warmup_epochs,
+            decay_steps_logged=total_steps - warmup_steps, momentum=config.momentum,
+            weight_decay=config.weight_decay, end_lr=config.end_lr, power=config.poly_power,
+            epsilon=config.lars_epsilon),
+    }
+    return Job(
+        benchmark=BENCHMARK, model=model, optimizer=optimizer, train_data=train, eval_data=make_eval,
+        loss_fn=_loss_fn(config), eval_fn=_top1, blocks=plan_blocks(config, steps_per_epoch),
+        target_accuracy=config.target_accuracy, global_batch_size=config.global_batch_size,
+        local_batch_size=batch, train_samples=train_records, eval_samples=eval_records,
+        division=division(config, info), hyperparameters=hyperparameters,
+        tensor_names=list(mlperf_tensor_names(model)),
+        learning_rate=lambda step: float(schedule(step)),
+        describe_error=(lambda err: data.describe_data_error(err, info)) if info else None,
+        details={"steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
+                 "warmup_steps": warmup_steps, "local_batch_size": batch})
+
+
+def _loss_fn(config):
+    import tensorflow as tf
+    from models.resnet50 import optim
+
+    def loss_fn(model, images, labels):
+        logits = model(images, training=True)
+        one_hot = tf.one_hot(labels, config.num_classes)
+        loss = tf.reduce_mean(tf.keras.losses.categorical_crossentropy(
+            one_hot, logits, from_logits=True, label_smoothing=config.label_smoothing))
+        if config.optimizer == "sgd":
+            # LARS applies weight decay itself; plain SGD takes it as an L2 term, as the reference.
+            loss += optim.l2_regularization(model.trainable_variables, config.weight_decay)
+        return loss
+    return loss_fn
+
+
+def _top1(model, images, labels):
+    import tensorflow as tf
+    logits = model(images, training=False)
+    predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    correct = tf.reduce_sum(tf.cast(tf.equal(predicted, tf.cast(labels, tf.int32)), tf.float32))
+    return correct, tf.cast(tf.shape(labels)[0], tf.float32)
+
+
+SPEC = WorkloadSpec(name="resnet50", title="ResNet-50 v1.5", config_cls=ResNetConfig, presets=PRESETS,
+                    default_preset="closed_8xA100_gbs3264", build_job=build_job)

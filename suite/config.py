@@ -1,0 +1,191 @@
+"""Typed, frozen run configuration: defaults, then a named preset, then a file, then --set overrides."""
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass
+
+
+class ConfigError(ValueError):
+    """A bad preset, key, value or config file; the message is one line naming the culprit."""
+
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommonConfig:
+    """Settings every benchmark shares. Benchmarks subclass this with their hyperparameters."""
+
+    global_batch_size: int = 32
+    """Samples per optimizer step summed over all ranks; must divide evenly by the world size."""
+    seed: int = -1
+    """Run seed; -1 draws a fresh one per run on rank 0 (MLPerf wants distinct seeds across runs)."""
+    precision: str = "fp32"
+    """fp32, fp16 (mixed_float16 with dynamic loss scaling) or bf16 (mixed_bfloat16)."""
+    xla: bool = False
+    """Compile the forward and backward pass with XLA (jit_compile)."""
+    fp16_allreduce: bool = False
+    """Compress gradients to fp16 for the Horovod allreduce."""
+    data_dir: str = ""
+    """Dataset directory (TFRecords); ignored when synthetic is set."""
+    synthetic: bool = False
+    """Random tensors instead of a dataset, for throughput runs (always open division)."""
+    log_every: int = 50
+    """Steps between host-synchronised timing samples (throughput, per-rank step times)."""
+    submission_org: str = "mlperf-hvd-suite"
+    submission_platform: str = ""
+    """MLPerf system name; empty means '<ranks>x<device>' of this run."""
+    submission_status: str = "onprem"
+    clear_cache: bool = True
+    """Try to drop the OS page cache before the run (MLPerf asks for a cold cache)."""
+
+    def problems(self):
+        """Returns one-line descriptions of invalid settings (an empty list when valid)."""
+        found = []
+        if self.global_batch_size <= 0:
+            found.append(f"global_batch_size must be positive, not {self.global_batch_size}")
+        if self.precision not in PRECISIONS:
+            found.append(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.log_every <= 0:
+            found.append(f"log_every must be positive, not {self.log_every}")
+        if self.submission_status not in ("cloud", "onprem", "preview", "research"):
+            found.append(f"submission_status must be cloud, onprem, preview or research, "
+                         f"not {self.submission_status!r}")
+        if not self.synthetic and not self.data_dir:
+            found.append("data_dir is empty: pass --data-dir or set synthetic=true")
+        return found
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named starting point that says what hardware it is for and how its batch adds up."""
+
+    hardware: str
+    batch_arithmetic: str
+    overrides: typing.Mapping[str, object]
+    note: str = ""
+
+    def describe(self):
+        text = f"{self.hardware}; {self.batch_arithmetic}"
+        return f"{text}. {self.note}" if self.note else text
+
+
+def field_types(config_cls):
+    hints = typing.get_type_hints(config_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_cls)}
+
+
+def parse_value(key, text, kind):
+    """Parses a command-line string into the field's type, naming the key on failure."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        options = [k for k in typing.get_args(kind) if k is not type(None)]
+        if text.lower() in ("none", "null", ""):
+            return None
+        kind = options[0]
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+        if kind is str:
+            return text
+    except ValueError:
+        raise ConfigError(f"--set {key}={text}: not a valid {kind.__name__}") from None
+    raise ConfigError(f"--set {key}: unsupported field type {kind}")
+
+
+def _check_type(key, value, kind, origin):
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        if value is None:
+            return None
+        kind = [k for k in typing.get_args(kind) if k is not type(None)][0]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{origin}: {key} must be {kind.__name__}, not {type(value).__name__} {value!r}")
+
+
+def _apply(values, updates, kinds, origin):
+    for key, value in updates.items():
+        if key not in kinds:
+            raise ConfigError(f"{origin}: unknown setting {key!r}")
+        values[key] = _check_type(key, value, kinds[key], origin)
+
+
+def load_file(path):
+    """Reads a JSON or YAML mapping of settings."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        with open(path) as handle:
+            if path.endswith((".yaml", ".yml")):
+                import yaml
+                data = yaml.safe_load(handle)
+            else:
+                data = json.load(handle)
+    except (ValueError, ImportError) as err:
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"config file {path}: {first_line}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of settings")
+    return data
+
+
+def resolve(config_cls, presets, preset, config_file=None, sets=(), extra=None):
+    """Builds a frozen, validated config.
+
+    Precedence, lowest first: class defaults, the named preset, the config file, `extra`
+    (first-class flags such as --data-dir), then each `--set key=value`.
+    """
+    if preset not in presets:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(sorted(presets))}")
+    kinds = field_types(config_cls)
+    values = {}
+    _apply(values, presets[preset].overrides, kinds, f"preset {preset}")
+    if config_file:
+        _apply(values, load_file(config_file), kinds, config_file)
+    _apply(values, extra or {}, kinds, "flags")
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item}: expected key=value")
+        if key not in kinds:
+            raise ConfigError(f"--set {item}: unknown setting {key!r}")
+        values[key] = parse_value(key, text, kinds[key])
+    config = config_cls(**values)
+    problems = config.problems()
+    if problems:
+        raise ConfigError(f"invalid config (preset {preset}): {problems[0]}")
+    return config
+
+
+def to_dict(config):
+    return dataclasses.asdict(config)
+
+
+def describe_fields(config_cls):
+    """Lines documenting every setting, from the attribute docstrings in the source."""
+    import ast
+    import inspect
+    docs = {}
+    for cls in reversed(config_cls.__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        body = ast.parse(inspect.getsource(cls)).body[0].body
+        for node, following in zip(body, body[1:] + [None]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
+                    and isinstance(following.value, ast.Constant)):
+                docs[node.target.id] = following.value.value
+    defaults = config_cls()
+    return [f"  {f.name} = {getattr(defaults, f.name)!r}" + (f"  # {docs[f.name]}" if f.name in docs else "")
+            for f in dataclasses.fields(config_cls)]

@@ -1,0 +1,125 @@
+"""Horovod set-up in one place: init, device pinning, the gradient tape, broadcasts and reductions."""
+import os
+import socket
+from dataclasses import dataclass
+
+import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
+
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow as hvd
+
+
+class LaunchError(RuntimeError):
+    """The processes were started in a way the run cannot use (e.g. more ranks than GPUs on a host)."""
+
+
+@dataclass(frozen=True)
+class World:
+    """Where this process sits in the job."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_size: int
+    host: str
+    launcher: str
+    device: str
+
+    @property
+    def is_root(self):
+        return self.rank == 0
+
+
+def detect_launcher(env=None):
+    """Names what started this process, from the variables each launcher sets."""
+    env = os.environ if env is None else env
+    if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
+        return "horovodrun-gloo"
+    if "OMPI_COMM_WORLD_SIZE" in env:
+        # horovodrun --mpi runs mpirun and exports HOROVOD_* settings through it.
+        horovod_marked = any(k.startswith("HOROVOD_") for k in env)
+        return "horovodrun-mpi" if horovod_marked and "HOROVOD_HOSTNAME" in env else "mpirun"
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return "srun"
+    if "PMI_RANK" in env or "PMIX_RANK" in env:
+        return "mpiexec"
+    return "single"
+
+
+def initialize():
+    """Starts Horovod and gives this process its device; call before building any model."""
+    # Horovod: initialise the job (Gloo or MPI controller, as the launcher chose).
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if hvd.local_size() > len(gpus):
+            raise LaunchError(f"host {socket.gethostname()} runs {hvd.local_size()} ranks but has "
+                              f"{len(gpus)} GPUs; lower -np or the hostfile's slots")
+        for gpu in gpus:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        # Horovod: pin one GPU per process, chosen by the local rank.
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+        device = "gpu"
+    else:
+        # Share the host's cores between the local ranks instead of each rank taking them all.
+        threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+        device = "cpu"
+    return World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
+                 local_size=hvd.local_size(), cross_size=hvd.cross_size(),
+                 host=socket.gethostname(), launcher=detect_launcher(), device=device)
+
+
+def distributed_tape(tape, fp16_allreduce=False):
+    """Wraps a GradientTape so gradient() returns gradients averaged over all ranks."""
+    compression = hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none
+    # Horovod: average gradients across ranks with a (fused) allreduce.
+    return hvd.DistributedGradientTape(tape, compression=compression)
+
+
+def optimizer_variables(optimizer):
+    # Keras 2.11+ optimizers expose `variables` as a property, older ones as a method.
+    variables = optimizer.variables
+    return variables() if callable(variables) else variables
+
+
+def broadcast_state(model, optimizer):
+    """Copies rank 0's model and optimizer state to every rank (inside the first train step)."""
+    # Horovod: broadcast after the first gradient step, when the optimizer slots exist.
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
+
+
+def allreduce_sum(values, name):
+    """Sums a small float vector over all ranks, in float64 so counts stay exact."""
+    tensor = tf.constant(np.asarray(values, dtype=np.float64))
+    # Horovod: exact sums (not averages) for evaluation counts.
+    return hvd.allreduce(tensor, op=hvd.Sum, name=name).numpy()
+
+
+def broadcast_value(value, name):
+    """Rank 0's Python object on every rank."""
+    # Horovod: one decision (seed, run id) shared by all ranks.
+    return hvd.broadcast_object(value, root_rank=0, name=name)
+
+
+def allgather_object(value, name):
+    """A list with every rank's Python object, in rank order."""
+    # Horovod: collect per-rank measurements on all ranks.
+    return hvd.allgather_object(value, name=name)
+
+
+def barrier():
+    # Horovod: wait for every rank.
+    hvd.join()
+
+
+def shutdown():
+    """Stops Horovod so ranks blocked in a collective with this one fail instead of hanging."""
+    try:
+        hvd.shutdown()
+    except Exception:  # noqa: BLE001 - best effort on the way out
+        pass

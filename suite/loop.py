@@ -1,0 +1,180 @@
+"""The training loop: blocks of epochs, the one train step, exact evaluation, stop at the target."""
+import time
+from dataclasses import dataclass, field
+
+import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
+
+import numpy as np
+import tensorflow as tf
+
+from suite import dist
+from suite.mlperf import ABORTED, SUCCESS
+
+
+def make_train_step(job, fp16_allreduce=False, xla=False):
+    """Returns step(features, labels, first_batch) -> loss: one synchronous data-parallel update."""
+    model, optimizer = job.model, job.optimizer
+    scales_loss = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+
+    def compute_loss(features, labels):
+        return job.loss_fn(model, features, labels)
+
+    # XLA compiles the forward/backward computation; the allreduce stays outside it, since
+    # Horovod's ops are not XLA kernels on every build.
+    forward = tf.function(compute_loss, jit_compile=True) if xla else compute_loss
+
+    @tf.function
+    def step(features, labels, first_batch):
+        with tf.GradientTape() as tape:
+            loss = forward(features, labels)
+            scaled = optimizer.get_scaled_loss(loss) if scales_loss else loss
+        tape = dist.distributed_tape(tape, fp16_allreduce)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        if scales_loss:
+            grads = optimizer.get_unscaled_gradients(grads)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        if first_batch:
+            dist.broadcast_state(model, optimizer)
+        return loss
+
+    return step
+
+
+def make_eval_step(job):
+    @tf.function(reduce_retracing=True)
+    def step(features, labels):
+        return job.eval_fn(job.model, features, labels)
+    return step
+
+
+def evaluate(job, eval_step, name):
+    """Exact accuracy over the whole eval set: every rank counts its shard, then one sum."""
+    correct = tf.constant(0.0, tf.float64)
+    count = tf.constant(0.0, tf.float64)
+    for features, labels in job.eval_data():
+        batch_correct, batch_count = eval_step(features, labels)
+        correct += tf.cast(batch_correct, tf.float64)
+        count += tf.cast(batch_count, tf.float64)
+    total_correct, total_count = dist.allreduce_sum([correct.numpy(), count.numpy()], name=name)
+    if total_count == 0:
+        raise ValueError("the evaluation set is empty on every rank")
+    return total_correct / total_count, int(total_count)
+
+
+@dataclass
+class StepTimer:
+    """Per-rank timing, sampled every `every` steps at a host sync point outside the step."""
+
+    every: int
+    samples_per_step: int
+    intervals: list = field(default_factory=list)
+    _start: float = 0.0
+    _steps: int = 0
+    _data_wait: float = 0.0
+
+    def begin(self):
+        self._start, self._steps, self._data_wait = time.perf_counter(), 0, 0.0
+
+    def add_wait(self, seconds):
+        self._data_wait += seconds
+
+    def tick(self, loss):
+        """Counts a step; returns the interval's record when this step closes one."""
+        self._steps += 1
+        return self.flush(loss) if self._steps >= self.every else None
+
+    def flush(self, loss):
+        """Closes the current interval early (before an evaluation); None if it is empty."""
+        if not self._steps:
+            return None
+        loss.numpy()  # the host sync that makes the interval's wall time real
+        seconds = time.perf_counter() - self._start
+        interval = {"steps": self._steps, "seconds": seconds, "data_wait": self._data_wait}
+        self.intervals.append(interval)
+        self.begin()
+        return interval
+
+    def summary(self):
+        """Throughput and step-time statistics, leaving out the first interval (tracing, warm-up)."""
+        steady = self.intervals[1:] or self.intervals
+        steps = sum(i["steps"] for i in steady)
+        seconds = sum(i["seconds"] for i in steady)
+        step_ms = [1000 * i["seconds"] / i["steps"] for i in steady]
+        if not steps:
+            return {}
+        return {
+            "steps_timed": steps,
+            "samples_per_second": self.samples_per_step * steps / seconds,
+            "step_ms_mean": 1000 * seconds / steps,
+            "step_ms_p50": float(np.percentile(step_ms, 50)),
+            "step_ms_p90": float(np.percentile(step_ms, 90)),
+            "step_ms_max": float(max(step_ms)),
+            "data_wait_fraction": sum(i["data_wait"] for i in steady) / seconds,
+        }
+
+
+@dataclass
+class RunOutcome:
+    status: str
+    accuracy: float
+    evals: list
+    steps: int
+    train_seconds: float
+    timing: dict
+
+
+def train(job, world, log, config, say=print):
+    """Runs the blocks until the target is reached or the budget is spent.
+
+    Logs init_stop and run_start itself, so everything before this call is untimed init.
+    `say` prints a progress line (already rank-0 gated by the caller).
+    """
+    train_step = make_train_step(job, fp16_allreduce=config.fp16_allreduce, xla=config.xla)
+    eval_step = make_eval_step(job)
+    timer = StepTimer(every=config.log_every, samples_per_step=job.local_batch_size)
+    iterator = iter(job.train_data)
+
+    log.end("init_stop")
+    log.start("run_start")
+    run_started = time.perf_counter()
+    step, evals, accuracy, status = 0, [], float("nan"), ABORTED
+    timer.begin()
+    for block in job.blocks:
+        log.block_start(block.first_epoch_num, block.epoch_count)
+        for epoch_num, epoch_steps in block.epochs or ((None, block.steps),):
+            if epoch_num is not None:
+                log.epoch_start(epoch_num)
+            for _ in range(epoch_steps):
+                fetched = time.perf_counter()
+                features, labels = next(iterator)
+                timer.add_wait(time.perf_counter() - fetched)
+                loss = train_step(features, labels, step == 0)
+                step += 1
+                interval = timer.tick(loss)
+                if interval:
+                    _report_progress(say, job, world, step, loss, interval)
+            if epoch_num is not None:
+                log.epoch_stop(epoch_num)
+        timer.flush(loss)
+        log.eval_start(block.eval_epoch_num)
+        accuracy, counted = evaluate(job, eval_step, name=f"eval_{block.eval_epoch_num}")
+        log.eval_result(block.eval_epoch_num, accuracy)
+        log.block_stop(block.first_epoch_num, block.epoch_count)
+        evals.append({"epoch_num": block.eval_epoch_num, "accuracy": accuracy, "samples": counted,
+                      "step": step})
+        say(f"eval at epoch_num {block.eval_epoch_num}: accuracy {accuracy:.4f} over {counted} samples "
+            f"(target {job.target_accuracy})")
+        timer.begin()  # evaluation time is not training time
+        if accuracy >= job.target_accuracy:
+            status = SUCCESS
+            break
+    log.run_stop(status)
+    return RunOutcome(status=status, accuracy=accuracy, evals=evals, steps=step,
+                      train_seconds=time.perf_counter() - run_started, timing=timer.summary())
+
+
+def _report_progress(say, job, world, step, loss, interval):
+    per_rank = job.local_batch_size * interval["steps"] / interval["seconds"]
+    lr = f" lr {job.learning_rate(step):.5g}" if job.learning_rate else ""
+    say(f"step {step}: loss {float(loss):.4f}{lr} | {per_rank * world.size:,.1f} samples/s total, "
+        f"{per_rank:,.1f} per rank (rank 0), {1000 * interval['seconds'] / interval['steps']:.0f} ms/step")

@@ -1,0 +1,83 @@
+"""The run directory: the MLPerf log and, beside it, everything the run decided (config, versions, hosts)."""
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+LOG_NAME = "result_0.txt"
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used (it already holds a result, or is not writable)."""
+
+
+def default_run_dir(preset, stamp=None):
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{preset}-{stamp}")
+
+
+def prepare(path):
+    """Creates the run directory; refuses one that already holds a log, so no result is overwritten."""
+    log_path = os.path.join(path, LOG_NAME)
+    if os.path.exists(log_path):
+        raise RunDirError(f"run directory {path} already holds {LOG_NAME}; choose another --run-dir")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise RunDirError(f"cannot create run directory {path}: {err.strerror}") from None
+    return log_path
+
+
+def write_json(path, data):
+    """Writes atomically (temp file, then rename) so a crash never leaves half a file."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def git_revision():
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions():
+    import numpy
+    import tensorflow as tf
+    import horovod
+    from importlib import metadata
+    found = {"python": sys.version.split()[0], "tensorflow": tf.__version__, "horovod": horovod.__version__,
+             "numpy": numpy.__version__, "platform": platform.platform()}
+    for package in ("tf-keras", "mlperf-logging", "mpi4py"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def environment(world, ranks):
+    """What the run ran on: versions, revision, launcher and where every rank lived."""
+    hosts = sorted({r["host"] for r in ranks})
+    interesting = ("HOROVOD_", "NCCL_", "UCX_", "OMPI_MCA_", "TF_", "SLURM_JOB", "CUDA_VISIBLE")
+    return {
+        "versions": versions(),
+        "git_revision": git_revision(),
+        "launcher": world.launcher,
+        "device": world.device,
+        "world_size": world.size,
+        "hosts": hosts,
+        "ranks": ranks,
+        "command": sys.argv,
+        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(interesting)},
+    }

@@ -1,0 +1,174 @@
+"""One run of one benchmark on this job: Horovod up, MLPerf log, workload built, loop, records written."""
+import os
+import sys
+import time
+
+import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
+
+from suite import dist, rundir
+from suite.config import to_dict
+from suite.loop import train
+from suite.mlperf import ABORTED, MLPerfLog
+from suite.runner import draw_seed, run_stamp
+
+# Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts):
+# reported in one line, without a traceback.
+USER_ERRORS = (ValueError, OSError, rundir.RunDirError, dist.LaunchError)
+
+
+class _Run:
+    """State that the error path needs: is the log open, has run_start been written."""
+
+    def __init__(self):
+        self.log = None
+        self.world = None
+        self.run_dir = None
+        self.started = False
+        self.job = None
+
+
+def run(spec, config, preset, run_dir=None):
+    """Runs the benchmark and returns the exit code (0 success or budget reached, 1 failure)."""
+    state = _Run()
+    try:
+        return _run(spec, config, preset, run_dir, state)
+    except BaseException as err:  # noqa: BLE001 - every failure must close the log and free the others
+        return _abort(spec, state, err)
+
+
+def _run(spec, config, preset, run_dir, state):
+    started = time.time()
+    state.world = world = dist.initialize()
+    say = _say if world.is_root else _silent
+    seed = config.seed if config.seed >= 0 else dist.broadcast_value(draw_seed(), "seed")
+    state.run_dir = run_dir = dist.broadcast_value(run_dir or rundir.default_run_dir(preset, run_stamp()),
+                                                   "run_dir")
+    log_path = _on_root(world, lambda: rundir.prepare(run_dir), "run_dir_ready")
+    state.log = log = MLPerfLog(log_path, enabled=world.is_root)
+    log.event("cache_clear", _clear_page_cache() if config.clear_cache and world.is_root else False)
+    log.start("init_start")
+    say(f"{spec.title}: preset {preset}, {world.size} rank(s) via {world.launcher} on {world.device}, "
+        f"seed {seed}, run directory {run_dir}")
+
+    state.job = job = spec.build_job(config, world, seed)
+    platform = config.submission_platform or f"{world.size}x{world.device}"
+    log.submission(job.benchmark, config.submission_org, job.division.name, platform, config.submission_status)
+    log.event("seed", seed)
+    log.hyperparameters(job.hyperparameters)
+    log.weights_initialization(job.tensor_names)
+    ranks = dist.allgather_object({"rank": world.rank, "host": world.host, "local_rank": world.local_rank,
+                                   "pid": os.getpid()}, "ranks")
+    if world.is_root:
+        rundir.write_json(os.path.join(run_dir, "config.json"),
+                          {"preset": preset, "config": to_dict(config), "seed": seed,
+                           "division": job.division.name, "open_reasons": list(job.division.reasons),
+                           **job.details})
+        rundir.write_json(os.path.join(run_dir, "env.json"), rundir.environment(world, ranks))
+    if job.division.reasons:
+        say(f"open division: {'; '.join(job.division.reasons)}")
+
+    state.started = True
+    outcome = train(job, world, log, config, say=say)
+    per_rank = dist.allgather_object(outcome.timing, "timing")
+    if world.is_root:
+        summary = _summary(spec, job, world, outcome, per_rank, seed, time.time() - started)
+        rundir.write_json(os.path.join(run_dir, "summary.json"), summary)
+        say(f"run {outcome.status}: accuracy {outcome.accuracy:.4f} after {outcome.steps} steps, "
+            f"{outcome.train_seconds / 60:.2f} min from run_start to run_stop")
+        say(f"MLPerf log: {log.path}")
+        say(f"summary:    {os.path.join(run_dir, 'summary.json')}")
+    log.close()
+    return 0
+
+
+def _summary(spec, job, world, outcome, per_rank, seed, wall_seconds):
+    ranks = [{"rank": rank, **timing} for rank, timing in enumerate(per_rank)]
+    total = sum(r.get("samples_per_second", 0.0) for r in ranks)
+    return {
+        "benchmark": job.benchmark,
+        "status": outcome.status,
+        "accuracy": outcome.accuracy,
+        "target_accuracy": job.target_accuracy,
+        "evals": outcome.evals,
+        "steps": outcome.steps,
+        "time_to_train_minutes": outcome.train_seconds / 60,
+        "wall_seconds": wall_seconds,
+        "world_size": world.size,
+        "global_batch_size": job.global_batch_size,
+        "local_batch_size": job.local_batch_size,
+        "samples_per_second_total": total,
+        "samples_per_second_per_rank": total / world.size,
+        "ranks": ranks,
+        "division": job.division.name,
+        "seed": seed,
+    }
+
+
+def _abort(spec, state, err):
+    """Closes the log as aborted, tells the user in one line and frees the ranks waiting on this one."""
+    world = state.world
+    rank = world.rank if world else 0
+    caused_elsewhere = isinstance(err, _PeerFailed) or "Horovod has been shut down" in str(err)
+    message = _one_line(state.job, err)
+    if state.log is not None and state.started:
+        state.log.run_stop(ABORTED, reason=message)
+        state.log.close()
+    if caused_elsewhere:
+        print(f"rank {rank}: stopped because another rank failed", file=sys.stderr, flush=True)
+    elif isinstance(err, KeyboardInterrupt):
+        print(f"rank {rank}: interrupted", file=sys.stderr, flush=True)
+    else:
+        print(f"error (rank {rank}): {message}", file=sys.stderr, flush=True)
+        if not isinstance(err, USER_ERRORS) and os.environ.get("SUITE_TRACEBACK"):
+            raise err
+    if world is not None:
+        dist.shutdown()
+        if not world.is_root and not caused_elsewhere:
+            # Give rank 0 a moment to write run_stop before the launcher tears the job down.
+            time.sleep(3)
+    return 1
+
+
+def _one_line(job, err):
+    described = job.describe_error(err) if job and job.describe_error else None
+    if described:
+        return described
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _on_root(world, fn, name):
+    """Runs fn on rank 0 and shares its result, or its error, with every rank."""
+    result, error = None, None
+    if world.is_root:
+        try:
+            result = fn()
+        except USER_ERRORS as err:
+            error = str(err)
+    error = dist.broadcast_value(error, f"{name}_error")
+    if error:
+        raise rundir.RunDirError(error) if world.is_root else _PeerFailed(error)
+    return result
+
+
+class _PeerFailed(RuntimeError):
+    """Rank 0 failed a shared decision; the other ranks stop quietly."""
+
+
+def _clear_page_cache():
+    """Drops the OS page cache when allowed (root on bare metal); False in most containers."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as handle:
+            handle.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def _say(message):
+    print(message, flush=True)
+
+
+def _silent(message):
+    pass

@@ -1,0 +1,75 @@
+"""What a benchmark hands the training loop: model, optimizer, data, loss, metric, schedule, log keys."""
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class Block:
+    """Training between two evaluations, in MLPerf's terms.
+
+    `first_epoch_num` and `epoch_count` go into block_start/stop as they are (epochs for
+    ResNet-50, samples for BERT); `eval_epoch_num` labels the evaluation that ends the block.
+    `epochs` lists (epoch_num, steps) for epoch_start/stop events; benchmarks without
+    epochs leave it empty and give `steps` directly.
+    """
+
+    first_epoch_num: int
+    epoch_count: int
+    eval_epoch_num: int
+    steps: int
+    epochs: tuple = ()
+
+
+@dataclass(frozen=True)
+class Division:
+    """closed or open, with the reasons a run left the closed rules."""
+
+    name: str
+    reasons: tuple = ()
+
+
+@dataclass
+class Job:
+    """Everything the loop needs for one run of one benchmark, built by the workload.
+
+    loss_fn(model, features, labels) -> scalar training loss (regularisation included).
+    eval_fn(model, features, labels) -> (number correct, number counted) for this batch; the
+    loop sums both over batches and ranks, so accuracy is exact at any world size.
+    describe_error(exception) -> a one-line message, or None, for errors the data pipeline
+    raises while training (corrupt records, labels out of range).
+    """
+
+    benchmark: str
+    model: object
+    optimizer: object
+    train_data: object
+    eval_data: Callable[[], object]
+    loss_fn: Callable
+    eval_fn: Callable
+    blocks: Sequence[Block]
+    target_accuracy: float
+    global_batch_size: int
+    local_batch_size: int
+    train_samples: int
+    eval_samples: int
+    division: Division
+    hyperparameters: Mapping[str, object]
+    tensor_names: Sequence[str]
+    learning_rate: Callable[[int], float] = None
+    describe_error: Callable[[BaseException], str] = None
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A benchmark as the suite sees it; each models/<name>/workload.py defines one.
+
+    build_job(config, world, seed) -> Job builds everything for a run (untimed init).
+    """
+
+    name: str
+    title: str
+    config_cls: type
+    presets: Mapping[str, object]
+    default_preset: str
+    build_job: Callable
