@@ -91,16 +91,23 @@ build_horovod_wheel() {
   compgen -G "$wheel_dir/horovod-*.whl" | head -n 1
 }
 
+# pip's output goes to a log beside the environment; its last lines are shown on failure.
+quiet_pip() {
+  local venv=$1; shift
+  "$venv/bin/pip" "$@" >>"$venv.pip.log" 2>&1 || { tail -n 30 "$venv.pip.log" >&2; die "pip $* failed (log: $venv.pip.log)"; }
+}
+
 create_environment() {
   local venv=$1 device=$2
   log "creating environment $venv"
-  rm -rf "$venv"
+  rm -rf "$venv" "$venv.pip.log"
   "$python_bin" -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip setuptools wheel
-  # cloudpickle, psutil, pyyaml, packaging and cffi are Horovod's own run-time needs.
-  device_requirements "$device" | "$venv/bin/pip" install -q -r /dev/stdin cloudpickle psutil packaging cffi
+  quiet_pip "$venv" install --upgrade pip setuptools wheel
+  # cloudpickle, psutil, packaging and cffi are Horovod's own run-time needs.
+  device_requirements "$device" >"$venv.requirements.txt"
+  quiet_pip "$venv" install -r "$venv.requirements.txt" cloudpickle psutil packaging cffi
   local wheel; wheel=$(build_horovod_wheel "$venv" "$device")
-  "$venv/bin/pip" install -q --no-deps "$wheel"
+  quiet_pip "$venv" install --no-deps "$wheel"
   touch "$venv/.complete"
 }
 
@@ -116,8 +123,10 @@ main() {
   fi
   ln -sfn "$venv" "$repo_dir/.venv"
   # The suite itself, editable, so console scripts point at this clone.
-  (cd "$repo_dir" && "$venv/bin/pip" install -q --no-deps --no-build-isolation -e .) >/dev/null
-  "$venv/bin/horovodrun" --check-build >&2
+  (cd "$repo_dir" && quiet_pip "$venv" install --no-deps --no-build-isolation -e .)
+  # --check-build imports TensorFlow; keep its start-up chatter out of the way.
+  TF_CPP_MIN_LOG_LEVEL=3 "$venv/bin/horovodrun" --check-build 2>/dev/null >&2 \
+    || die "horovodrun --check-build failed in $venv"
   log "ready: $repo_dir/.venv -> $venv ($device)"
 }
 

@@ -3,6 +3,7 @@ import logging
 import os
 
 from mlperf_logging import mllog
+from mlperf_logging.mllog import mllog as mllog_impl
 
 SUCCESS = "success"
 ABORTED = "aborted"
@@ -33,7 +34,7 @@ class MLPerfLog:
             handler.setLevel(logging.INFO)
             py_logger.addHandler(handler)
             self._handler = handler
-            self._logger = mllog.MLLogger(logger=py_logger, default_stack_offset=2)
+            self._logger = mllog_impl.MLLogger(logger=py_logger, default_stack_offset=2)
 
     def event(self, key, value=None, metadata=None):
         if self._logger:

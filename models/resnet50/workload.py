@@ -139,7 +139,8 @@ def division(config, info):
         reasons.append(f"target_accuracy {config.target_accuracy} (closed: {TARGET_TOP1})")
     reasons += optim.closed_rule_violations(
         config.optimizer, base_lr=config.base_lr, weight_decay=config.weight_decay, end_lr=config.end_lr,
-        power=config.poly_power, epsilon=config.lars_epsilon, momentum=config.momentum)
+        power=config.poly_power, epsilon=config.lars_epsilon, momentum=config.momentum,
+        global_batch_size=config.global_batch_size)
     return Division("open" if reasons else "closed", tuple(reasons))
 
 
@@ -212,7 +213,7 @@ def build_job(config, world, seed):
         "gradient_accumulation_steps": 1,
         **optim.mlperf_hyperparameters(
             config.optimizer, base_lr=config.base_lr, warmup_epochs=config.warmup_epochs,
-            decay_steps_logged=total_steps - warmup_steps, momentum=config.momentum,
+            decay_steps_logged=int(schedule.decay_steps), momentum=config.momentum,
             weight_decay=config.weight_decay, end_lr=config.end_lr, power=config.poly_power,
             epsilon=config.lars_epsilon),
     }
