@@ -73,7 +73,7 @@ class DatasetInfo:
 
 
 def dataset_info(data_dir: str) -> DatasetInfo:
-    """Finds the shards in `data_dir` and their record counts (from dataset.json, the ImageNet layout or a count)."""
+    """Finds the shards in `data_dir` and their record counts (dataset.json, ImageNet layout or a count)."""
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"data directory not found: {data_dir}")
     train_files = _list_shards(data_dir, TRAIN_PATTERN)
@@ -132,7 +132,8 @@ def _is_count(value):
 def _check_metadata_shards(meta, data_dir, train_files, eval_files):
     # A stale dataset.json (shards added or deleted afterwards) would give wrong epoch sizes.
     path = os.path.join(data_dir, METADATA_FILE)
-    for key, files, kind in (("train_shards", train_files, "training"), ("eval_shards", eval_files, "validation")):
+    splits = (("train_shards", train_files, "training"), ("eval_shards", eval_files, "validation"))
+    for key, files, kind in splits:
         if key in meta and meta[key] != len(files):
             raise DataError(f"{path} lists {meta[key]} {kind} shards but {data_dir} holds {len(files)}")
 
@@ -166,7 +167,8 @@ def train_dataset(info: DatasetInfo, local_batch: int, image_size: int, num_clas
     """
     _check_sharding(local_batch, rank, world_size)
     if info.train_records < world_size:
-        raise DataError(f"{info.train_records} training records in {info.data_dir} cannot feed {world_size} ranks")
+        raise DataError(f"{info.train_records} training records in {info.data_dir} "
+                        f"cannot feed {world_size} ranks")
     base_seed = seed + rank
     if len(info.train_files) >= world_size:
         files = tf.data.Dataset.from_tensor_slices(list(info.train_files[rank::world_size]))
@@ -187,7 +189,10 @@ def train_dataset(info: DatasetInfo, local_batch: int, image_size: int, num_clas
 
 def eval_dataset(info: DatasetInfo, local_batch: int, image_size: int, num_classes: int, rank: int,
                  world_size: int, dtype=tf.float32, channels_first: bool = False) -> tf.data.Dataset:
-    """One deterministic pass over this rank's share of the validation records; the last batch may be short."""
+    """One deterministic pass over this rank's share of the validation records; the last batch may be short.
+
+    Ranks may get different numbers of records (and batches), but together they see each record once.
+    """
     _check_sharding(local_batch, rank, world_size)
     if len(info.eval_files) >= world_size:
         mine = list(info.eval_files[rank::world_size])
@@ -276,7 +281,7 @@ def _checked_label(label, num_classes):
 
 
 def train_image(image_bytes, bbox, image_size, crop_seed, flip_seed):
-    """MLPerf reference training crop: distorted box over the labelled object, flip, squash to size, centre."""
+    """MLPerf reference training view: distorted box around the labelled object, flip, squash, centre."""
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.image.extract_jpeg_shape(image_bytes), bounding_boxes=bbox, seed=crop_seed,
         min_object_covered=0.1, aspect_ratio_range=[0.75, 1.33], area_range=[0.05, 1.0],
@@ -330,7 +335,7 @@ _EXAMPLE_ERRORS = ("is required but could not be found", "could not parse exampl
 
 
 def describe_data_error(err: Exception, info: DatasetInfo) -> str | None:
-    """One-line description of a TensorFlow error raised while reading `info`'s records, or None if unrelated."""
+    """One-line description of a TensorFlow error raised reading `info`'s records; None if unrelated."""
     if not isinstance(err, tf.errors.OpError):
         return None
     text = _tf_message(err)
@@ -381,7 +386,7 @@ def _named_file(text, info):
 
 
 def _example(encoded, label, synset, filename, height, width, boxes=()):
-    """A tf.train.Example in the layout of the TF/TPU imagenet_to_gcs.py scripts; boxes are (x0, y0, x1, y1)."""
+    """A tf.train.Example laid out as the TF/TPU imagenet_to_gcs.py scripts do; boxes are (x0, y0, x1, y1)."""
     def floats(values):
         return tf.train.Feature(float_list=tf.train.FloatList(value=values))
 
@@ -478,15 +483,18 @@ def write_learnable_dataset(out_dir, num_classes=4, train_per_class=64, eval_per
     return dataset_info(out_dir)
 
 
-def _check_learnable_args(num_classes, train_per_class, eval_per_class, image_size, train_shards, eval_shards):
+def _check_learnable_args(num_classes, train_per_class, eval_per_class, image_size, train_shards,
+                          eval_shards):
     if num_classes < 1 or train_per_class < 1 or eval_per_class < 1:
         raise DataError("classes, train-per-class and eval-per-class must all be at least 1")
     if image_size < 8:
         raise DataError(f"image size {image_size} is too small; use at least 8 pixels")
     if not 1 <= train_shards <= num_classes * train_per_class:
-        raise DataError(f"train shards must be between 1 and the {num_classes * train_per_class} training images")
+        raise DataError(f"train shards must be between 1 and the {num_classes * train_per_class} "
+                        f"training images")
     if not 1 <= eval_shards <= num_classes * eval_per_class:
-        raise DataError(f"eval shards must be between 1 and the {num_classes * eval_per_class} validation images")
+        raise DataError(f"eval shards must be between 1 and the {num_classes * eval_per_class} "
+                        f"validation images")
 
 
 def _learnable_record(rng, k, num_classes, image_size, name):
@@ -595,7 +603,8 @@ def _raw_synsets(root):
 
 
 def _image_names(folder):
-    return sorted(e.name for e in os.scandir(folder) if e.is_file() and e.name.lower().endswith(_IMAGE_SUFFIXES))
+    return sorted(e.name for e in os.scandir(folder)
+                  if e.is_file() and e.name.lower().endswith(_IMAGE_SUFFIXES))
 
 
 def _raw_train_images(root, synsets, boxes):
@@ -611,8 +620,8 @@ def _raw_train_images(root, synsets, boxes):
 
 
 def _raw_eval_images(raw_dir, root, synsets):
-    folder = next((os.path.join(root, d) for d in ("val", "validation") if os.path.isdir(os.path.join(root, d))),
-                  None)
+    candidates = [os.path.join(root, d) for d in ("val", "validation")]
+    folder = next((c for c in candidates if os.path.isdir(c)), None)
     if folder is None:
         raise DataError(f"validation folder not found: {os.path.join(root, 'val')} (or validation/)")
     names = _image_names(folder)
@@ -689,7 +698,8 @@ def _read_loc_csv(path):
                 continue
             tokens = prediction.split()
             try:
-                rows[image_id] = [(tokens[i], *map(float, tokens[i + 1:i + 5])) for i in range(0, len(tokens), 5)]
+                rows[image_id] = [(tokens[i], *map(float, tokens[i + 1:i + 5]))
+                                  for i in range(0, len(tokens), 5)]
             except (ValueError, IndexError):
                 raise DataError(f"{path}: line {number} is not 'ImageId,wnid x0 y0 x1 y1 ...'") from None
     return rows
@@ -731,7 +741,7 @@ def _write_raw_shard(path, images, advance):
 
 
 def _jpeg_bytes(path):
-    """The file's bytes, re-encoded as RGB JPEG when it is really a PNG or a CMYK JPEG (a few ImageNet files are)."""
+    """The file's bytes, re-encoded as RGB JPEG if it is a PNG or CMYK JPEG (a few ImageNet files are)."""
     from PIL import Image
 
     with open(path, "rb") as f:
@@ -856,7 +866,8 @@ def _scan_file(path, num_classes, problems):
 
 
 def _count_problems(data_dir, train_scan, eval_scan, meta, expect_full):
-    found = {"train_records": sum(s.records for s in train_scan), "eval_records": sum(s.records for s in eval_scan)}
+    found = {"train_records": sum(s.records for s in train_scan),
+             "eval_records": sum(s.records for s in eval_scan)}
     if expect_full:
         expected = {"train_records": IMAGENET_TRAIN_RECORDS, "eval_records": IMAGENET_EVAL_RECORDS}
         source = "full ImageNet"
@@ -903,7 +914,8 @@ def _sample_problems(files, sample_records):
 
 def _record_problem(record):
     try:
-        encoded = tf.io.parse_single_example(record, {"image/encoded": _FEATURES["image/encoded"]})["image/encoded"]
+        spec = {"image/encoded": _FEATURES["image/encoded"]}
+        encoded = tf.io.parse_single_example(record, spec)["image/encoded"]
     except tf.errors.InvalidArgumentError as err:
         return f"no image/encoded: {_tf_message(err)}"
     if not encoded.numpy().startswith(_JPEG_MAGIC):

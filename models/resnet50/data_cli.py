@@ -1,4 +1,4 @@
-"""Command line for the ResNet-50 data: generate a small learnable set, convert raw ImageNet, check TFRecords."""
+"""ResNet-50 data command line: generate a small learnable set, convert raw ImageNet, check TFRecords."""
 
 import argparse
 import os
@@ -36,7 +36,8 @@ def _parser():
     generate.add_argument("--seed", type=int, default=0)
     generate.set_defaults(command=_generate)
 
-    convert = commands.add_parser("convert", help="convert raw ImageNet (train/<wnid>/*.JPEG, val/) to TFRecords")
+    convert = commands.add_parser("convert",
+                                  help="convert raw ImageNet (train/<wnid>/*.JPEG, val/) to TFRecords")
     convert.add_argument("raw_dir", metavar="RAW_DIR")
     convert.add_argument("out_dir", metavar="OUT_DIR", help="new or empty directory")
     convert.add_argument("--train-shards", type=_positive, default=1024)
