@@ -450,11 +450,28 @@ def _make_raw_imagenet(root, val_labels="csv"):
         (root / "LOC_val_solution.csv").write_text("\n".join(lines) + "\n")
         (root / "LOC_train_solution.csv").write_text(
             "ImageId,PredictionString\nn01000001_0,n01000001 4 3 20 15 n01000001 0 0 80 90\n")
-    else:
+    elif val_labels == "sorted":
         numbers = {wnid: i for i, wnid in enumerate(sorted(WNIDS), start=1)}
         (root / "ILSVRC2012_validation_ground_truth.txt").write_text(
             "".join(f"{numbers[truth[stem]]}\n" for stem in sorted(truth)))
+    else:
+        # The real devkit: class numbers in its own order, mapped to wnids by meta.mat.
+        devkit = root / "ILSVRC2012_devkit_t12" / "data"
+        devkit.mkdir(parents=True)
+        numbers = {wnid: i for i, wnid in enumerate(WNIDS, start=1)}
+        (devkit / "ILSVRC2012_validation_ground_truth.txt").write_text(
+            "".join(f"{numbers[truth[stem]]}\n" for stem in sorted(truth)))
+        _write_meta_mat(devkit / "meta.mat", numbers)
     return truth
+
+
+def _write_meta_mat(path, numbers):
+    from scipy import io as scipy_io
+
+    fields = [("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"), ("num_children", "O")]
+    rows = [(number, wnid, wnid, 0) for wnid, number in numbers.items()]
+    rows.append((len(rows) + 1, "n00000099", "a parent synset", 2))
+    scipy_io.savemat(str(path), {"synsets": np.array(rows, dtype=fields).reshape(-1, 1)})
 
 
 def test_convert_imagenet_tiny(tmp_path):
@@ -500,15 +517,44 @@ def test_convert_imagenet_tiny(tmp_path):
     assert sorted(label for label, _ in signatures) == sorted(labels[w] - 1 for w in truth.values())
 
 
-def test_convert_imagenet_devkit_ground_truth(tmp_path):
+@pytest.mark.parametrize("source", ["meta", "sorted"])
+def test_convert_imagenet_devkit_ground_truth(tmp_path, source):
     raw = tmp_path / "raw"
-    truth = _make_raw_imagenet(raw, val_labels="devkit")
+    truth = _make_raw_imagenet(raw, val_labels=source)
     info = data.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=3, eval_shards=2,
                                  progress=False)
     labels = {wnid: i for i, wnid in enumerate(sorted(WNIDS), start=1)}
     found = {e["image/filename"].bytes_list.value[0].decode(): e["image/class/label"].int64_list.value[0]
              for e in _all_examples(info.eval_files)}
     assert found == {f"{stem}.JPEG": labels[wnid] for stem, wnid in truth.items()}
+
+
+def test_devkit_numbers_without_meta_mat_are_refused_for_full_imagenet(tmp_path):
+    truth_path = tmp_path / "ILSVRC2012_validation_ground_truth.txt"
+    truth_path.write_text("490\n")
+    synsets = [f"n{i:08d}" for i in range(1000)]
+    with pytest.raises(data.DataError, match="meta.mat"):
+        data._devkit_mapping(str(truth_path), synsets)
+    _write_meta_mat(tmp_path / "meta.mat", {"n00000007": 490})
+    assert data._devkit_mapping(str(truth_path), synsets)("490") == "n00000007"
+
+
+def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data, "_write_metadata", crash)
+    with pytest.raises(KeyboardInterrupt):
+        data.write_learnable_dataset(tmp_path / "ds", num_classes=2, train_per_class=2, eval_per_class=1,
+                                     image_size=16, train_shards=1, eval_shards=1)
+    with pytest.raises(KeyboardInterrupt):
+        data.convert_imagenet(str(_make_raw(tmp_path)), str(tmp_path / "conv"), 1, 1, progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["raw"]
+
+
+def _make_raw(tmp_path):
+    _make_raw_imagenet(tmp_path / "raw")
+    return tmp_path / "raw"
 
 
 def test_convert_imagenet_errors(tmp_path):

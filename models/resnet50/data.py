@@ -171,10 +171,10 @@ def train_dataset(info: DatasetInfo, local_batch: int, image_size: int, num_clas
                         f"cannot feed {world_size} ranks")
     base_seed = seed + rank
     if len(info.train_files) >= world_size:
-        files = tf.data.Dataset.from_tensor_slices(list(info.train_files[rank::world_size]))
-        files = files.shuffle(len(info.train_files[rank::world_size]), seed=base_seed,
-                              reshuffle_each_iteration=True)
-        records = _interleave_files(files, len(info.train_files[rank::world_size]), deterministic)
+        mine = list(info.train_files[rank::world_size])
+        files = tf.data.Dataset.from_tensor_slices(mine).shuffle(len(mine), seed=base_seed,
+                                                                 reshuffle_each_iteration=True)
+        records = _interleave_files(files, len(mine), deterministic)
     else:
         records = tf.data.TFRecordDataset(list(info.train_files)).shard(world_size, rank)
     buffer = max(1, min(SHUFFLE_BUFFER, math.ceil(info.train_records / world_size)))
@@ -549,7 +549,7 @@ def _encode_jpeg(pixels, quality=90):
 # Converting raw ImageNet
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)  # slots: 1.3 million of them
 class _RawImage:
     path: str
     label: int
@@ -561,10 +561,12 @@ def convert_imagenet(raw_dir, out_dir, train_shards=IMAGENET_TRAIN_SHARDS, eval_
                      num_workers=None, progress=True) -> DatasetInfo:
     """Converts raw ImageNet (train/<wnid>/*.JPEG, val/*.JPEG plus labels) to TFRecords in `out_dir`.
 
-    Validation labels come from LOC_val_solution.csv (preferred), imagenet_2012_validation_synset_labels.txt
-    or ILSVRC2012_validation_ground_truth.txt. The last holds devkit class numbers, which this function
-    ASSUMES follow the sorted wnid order; check a few images if you rely on it.
-    Training boxes come from LOC_train_solution.csv when present. `num_workers` defaults to the CPU count.
+    Labels are 1 + the index of the wnid among the sorted training folders. Validation labels come from
+    LOC_val_solution.csv (preferred), imagenet_2012_validation_synset_labels.txt or the devkit's
+    ILSVRC2012_validation_ground_truth.txt, whose class numbers are mapped through the devkit's meta.mat
+    beside it; without meta.mat they are ASSUMED to follow the sorted wnid order (refused for 1000 classes,
+    where that assumption is known to be wrong). Training boxes come from LOC_train_solution.csv when
+    present. `num_workers` defaults to the CPU count.
     """
     root = _raw_root(raw_dir)
     synsets = _raw_synsets(root)
@@ -643,7 +645,8 @@ def _raw_eval_images(raw_dir, root, synsets):
 
 
 def _find_label_file(raw_dir, root, name):
-    for folder in dict.fromkeys((raw_dir, root)):
+    devkit = os.path.join(raw_dir, "ILSVRC2012_devkit_t12", "data")
+    for folder in dict.fromkeys((raw_dir, root, devkit)):
         if os.path.isfile(os.path.join(folder, name)):
             return os.path.join(folder, name)
     return None
@@ -660,17 +663,50 @@ def _eval_labels(raw_dir, root, names, synsets):
         return _ordered_labels(synset_path, names, lambda token: token), {}
     truth_path = _find_label_file(raw_dir, root, "ILSVRC2012_validation_ground_truth.txt")
     if truth_path:
-        log.warning("%s: assuming devkit class numbers follow the sorted wnid order; "
-                    "LOC_val_solution.csv avoids the assumption", truth_path)
-        return _ordered_labels(truth_path, names, lambda token: _devkit_wnid(token, synsets, truth_path)), {}
+        to_wnid = _devkit_mapping(truth_path, synsets)
+        return _ordered_labels(truth_path, names, to_wnid), {}
     raise DataError(f"no validation labels in {raw_dir}: add LOC_val_solution.csv "
                     f"or ILSVRC2012_validation_ground_truth.txt")
 
 
-def _devkit_wnid(token, synsets, path):
-    if not token.isdigit() or not 1 <= int(token) <= len(synsets):
-        raise DataError(f"{path}: label {token!r} is not in 1..{len(synsets)}")
-    return synsets[int(token) - 1]
+def _devkit_mapping(truth_path, synsets):
+    """Turns the devkit's class numbers into wnids.
+
+    The devkit numbers classes by its own ILSVRC2012_ID, which is NOT the sorted wnid order; meta.mat
+    beside the ground truth holds the mapping. Without it we assume sorted wnid order, which only a
+    hand-made label file satisfies, so for 1000 classes (the real devkit) we refuse rather than guess.
+    """
+    meta_path = os.path.join(os.path.dirname(truth_path), "meta.mat")
+    if os.path.isfile(meta_path):
+        ids = _devkit_ids(meta_path)
+        return lambda token: _devkit_wnid(token, ids, truth_path)
+    if len(synsets) == IMAGENET_CLASSES:
+        raise DataError(f"{truth_path} numbers classes in devkit order, not sorted wnid order: "
+                        f"put the devkit's meta.mat beside it, or use LOC_val_solution.csv")
+    log.warning("%s: no meta.mat beside it, so assuming its class numbers follow the sorted wnid order",
+                truth_path)
+    ids = {i: wnid for i, wnid in enumerate(synsets, start=1)}
+    return lambda token: _devkit_wnid(token, ids, truth_path)
+
+
+def _devkit_ids(meta_path):
+    try:
+        from scipy import io as scipy_io
+
+        synsets = scipy_io.loadmat(meta_path, squeeze_me=True)["synsets"]
+        # Leaf synsets (no children) are the classification classes.
+        return {int(row["ILSVRC2012_ID"]): str(row["WNID"])
+                for row in synsets if int(row["num_children"]) == 0}
+    except ImportError:
+        raise DataError(f"reading {meta_path} needs scipy (pip install scipy)") from None
+    except (ValueError, KeyError, IndexError, TypeError, OSError) as err:
+        raise DataError(f"malformed devkit file {meta_path}: {_one_line(str(err))}") from None
+
+
+def _devkit_wnid(token, ids, path):
+    if not token.isdigit() or int(token) not in ids:
+        raise DataError(f"{path}: label {token!r} is not a devkit class number (1..{len(ids)})")
+    return ids[int(token)]
 
 
 def _ordered_labels(path, names, to_wnid):
