@@ -25,6 +25,7 @@ class World:
     cross_size: int
     host: str
     launcher: str
+    controller: str
     device: str
 
     @property
@@ -38,9 +39,8 @@ def detect_launcher(env=None):
     if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
         return "horovodrun-gloo"
     if "OMPI_COMM_WORLD_SIZE" in env:
-        # horovodrun --mpi runs mpirun and exports HOROVOD_* settings through it.
-        horovod_marked = any(k.startswith("HOROVOD_") for k in env)
-        return "horovodrun-mpi" if horovod_marked and "HOROVOD_HOSTNAME" in env else "mpirun"
+        # Also `horovodrun --mpi`, which execs mpirun and leaves no mark of its own.
+        return "mpirun"
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         return "srun"
     if "PMI_RANK" in env or "PMIX_RANK" in env:
@@ -70,7 +70,8 @@ def initialize():
         device = "cpu"
     return World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                  local_size=hvd.local_size(), cross_size=hvd.cross_size(),
-                 host=socket.gethostname(), launcher=detect_launcher(), device=device)
+                 host=socket.gethostname(), launcher=detect_launcher(),
+                 controller="gloo" if hvd.gloo_enabled() else "mpi", device=device)
 
 
 def distributed_tape(tape, fp16_allreduce=False):
@@ -91,6 +92,17 @@ def broadcast_state(model, optimizer):
     # Horovod: broadcast after the first gradient step, when the optimizer slots exist.
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
+
+
+def average_variables(variables, name):
+    """Replaces each variable by its mean over ranks (e.g. BN moving statistics before evaluation)."""
+    variables = list(variables)
+    if not variables:
+        return
+    # Horovod: one fused allreduce for the whole group.
+    averaged = hvd.grouped_allreduce([v.read_value() for v in variables], op=hvd.Average, name=name)
+    for variable, value in zip(variables, averaged):
+        variable.assign(value)
 
 
 def allreduce_sum(values, name):

@@ -1,4 +1,5 @@
 """The training loop: blocks of epochs, the one train step, exact evaluation, stop at the target."""
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -12,7 +13,7 @@ from suite.mlperf import ABORTED, SUCCESS
 
 
 def make_train_step(job, fp16_allreduce=False, xla=False):
-    """Returns step(features, labels, first_batch) -> loss: one synchronous data-parallel update."""
+    """Returns step(features, labels) -> loss: one synchronous data-parallel update."""
     model, optimizer = job.model, job.optimizer
     scales_loss = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
 
@@ -24,7 +25,7 @@ def make_train_step(job, fp16_allreduce=False, xla=False):
     forward = tf.function(compute_loss, jit_compile=True) if xla else compute_loss
 
     @tf.function
-    def step(features, labels, first_batch):
+    def step(features, labels):
         with tf.GradientTape() as tape:
             loss = forward(features, labels)
             scaled = optimizer.get_scaled_loss(loss) if scales_loss else loss
@@ -33,8 +34,6 @@ def make_train_step(job, fp16_allreduce=False, xla=False):
         if scales_loss:
             grads = optimizer.get_unscaled_gradients(grads)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        if first_batch:
-            dist.broadcast_state(model, optimizer)
         return loss
 
     return step
@@ -47,8 +46,21 @@ def make_eval_step(job):
     return step
 
 
+def weights_digest(model):
+    """A short hash of every model variable, to show that all ranks hold the same model."""
+    digest = hashlib.sha256()
+    for variable in model.variables:
+        digest.update(variable.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def evaluate(job, eval_step, name):
-    """Exact accuracy over the whole eval set: every rank counts its shard, then one sum."""
+    """Exact accuracy over the whole eval set: every rank counts its shard, then one sum.
+
+    Batch-norm moving statistics are local to each rank (each sees its own batches), so they
+    are averaged first: every rank then evaluates the same model.
+    """
+    dist.average_variables(job.model.non_trainable_variables, name=f"{name}_stats")
     correct = tf.constant(0.0, tf.float64)
     count = tf.constant(0.0, tf.float64)
     for features, labels in job.eval_data():
@@ -117,6 +129,7 @@ class StepTimer:
 class RunOutcome:
     status: str
     accuracy: float
+    weights_digest: str
     evals: list
     steps: int
     train_seconds: float
@@ -148,7 +161,12 @@ def train(job, world, log, config, say=print):
                 fetched = time.perf_counter()
                 features, labels = next(iterator)
                 timer.add_wait(time.perf_counter() - fetched)
-                loss = train_step(features, labels, step == 0)
+                loss = train_step(features, labels)
+                if step == 0:
+                    # Horovod: start every rank from rank 0's state, once the optimizer's slots
+                    # exist. Done eagerly rather than behind a flag in the step, which would
+                    # trace the whole step twice.
+                    dist.broadcast_state(job.model, job.optimizer)
                 step += 1
                 interval = timer.tick(loss)
                 if interval:
@@ -169,7 +187,8 @@ def train(job, world, log, config, say=print):
             status = SUCCESS
             break
     log.run_stop(status)
-    return RunOutcome(status=status, accuracy=accuracy, evals=evals, steps=step,
+    return RunOutcome(status=status, accuracy=accuracy, weights_digest=weights_digest(job.model),
+                      evals=evals, steps=step,
                       train_seconds=time.perf_counter() - run_started, timing=timer.summary())
 
 

@@ -74,6 +74,7 @@ def environment(world, ranks):
         "versions": versions(),
         "git_revision": git_revision(),
         "launcher": world.launcher,
+        "controller": world.controller,
         "device": world.device,
         "world_size": world.size,
         "hosts": hosts,

@@ -69,7 +69,8 @@ def _run(spec, config, preset, run_dir, state):
 
     state.started = True
     outcome = train(job, world, log, config, say=say)
-    per_rank = dist.allgather_object(outcome.timing, "timing")
+    per_rank = dist.allgather_object({**outcome.timing, "host": world.host,
+                                      "weights_digest": outcome.weights_digest}, "per_rank")
     if world.is_root:
         summary = _summary(spec, job, world, outcome, per_rank, seed, time.time() - started)
         rundir.write_json(os.path.join(run_dir, "summary.json"), summary)
@@ -99,6 +100,7 @@ def _summary(spec, job, world, outcome, per_rank, seed, wall_seconds):
         "samples_per_second_total": total,
         "samples_per_second_per_rank": total / world.size,
         "ranks": ranks,
+        "weights_in_sync": len({r["weights_digest"] for r in ranks}) == 1,
         "division": job.division.name,
         "seed": seed,
     }

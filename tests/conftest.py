@@ -1,0 +1,79 @@
+"""Shared test helpers: run the public entry points in subprocesses, make small datasets, run the checker."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+
+def subprocess_env(**extra):
+    env = dict(os.environ)
+    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = REPO
+    # Open MPI refuses root without these; CI runs as root.
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.update(extra)
+    return env
+
+
+def run(args, timeout=600, **env):
+    """Runs a command from the repository root; a hang fails the test instead of the suite."""
+    return subprocess.run(args, cwd=REPO, env=subprocess_env(**env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def train_cmd(*args, launcher=(), np=1):
+    """`python -m models.resnet50 ...`, optionally under a launcher with np processes."""
+    prefix = {
+        (): [],
+        ("horovodrun",): ["horovodrun", "-np", str(np), "-H", f"localhost:{np}"],
+        ("horovodrun", "--gloo"): ["horovodrun", "--gloo", "-np", str(np), "-H", f"localhost:{np}"],
+        ("horovodrun", "--mpi"): ["horovodrun", "--mpi", "-np", str(np), "-H", f"localhost:{np}"],
+        ("mpirun",): ["mpirun", "--oversubscribe", "-np", str(np)],
+    }[tuple(launcher)]
+    return prefix + [sys.executable if not prefix else "python", "-m", "models.resnet50", *args]
+
+
+def check_log(log_path, ruleset, config=None):
+    """Runs the official compliance checker; returns (passed, its output)."""
+    args = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+            "--ruleset", ruleset, "--log_output", str(log_path) + f".check-{ruleset}.txt"]
+    if config:
+        args += ["--config", config]
+    result = run(args + [str(log_path)], timeout=120)
+    return result.returncode == 0, result.stdout + result.stderr
+
+
+def read_log(log_path):
+    """MLPerf events as dicts, in order."""
+    events = []
+    with open(log_path) as handle:
+        for line in handle:
+            if ":::MLLOG " in line:
+                events.append(json.loads(line.split(":::MLLOG ", 1)[1]))
+    return events
+
+
+def read_json(path):
+    with open(path) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory):
+    """A learnable 4-class dataset with 32 px images: 64 train and 40 eval records, uneven shards."""
+    from models.resnet50 import data
+    out = tmp_path_factory.mktemp("small_data")
+    data.write_learnable_dataset(str(out), num_classes=4, train_per_class=16, eval_per_class=10,
+                                 image_size=32, train_shards=4, eval_shards=3, seed=1)
+    return str(out)
+
+
+# Tiny training settings: 2 steps per epoch at batch 32, one epoch, evaluation at its end.
+TINY = ["--preset", "tiny_cpu", "--set", "image_size=32", "--set", "epochs=1", "--set", "eval_offset=1",
+        "--set", "epochs_between_evals=1", "--set", "log_every=1", "--set", "warmup_epochs=0.5"]
