@@ -52,7 +52,8 @@ def _run(spec, config, preset, run_dir, state):
 
     state.job = job = spec.build_job(config, world, seed)
     platform = config.submission_platform or f"{world.size}x{world.device}"
-    log.submission(job.benchmark, config.submission_org, job.division.name, platform, config.submission_status)
+    log.submission(job.benchmark, config.submission_org, job.division.name, platform,
+                   config.submission_status)
     log.event("seed", seed)
     log.hyperparameters(job.hyperparameters)
     log.weights_initialization(job.tensor_names)

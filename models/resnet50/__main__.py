@@ -1,4 +1,4 @@
-"""`python -m models.resnet50`: train ResNet-50 under MLPerf rules (single process, horovodrun, mpirun, srun)."""
+"""`python -m models.resnet50`: ResNet-50 under MLPerf rules, alone or under horovodrun, mpirun, srun."""
 import sys
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
