@@ -128,17 +128,24 @@ def load_file(path):
         raise ConfigError(f"config file not found: {path}")
     try:
         with open(path) as handle:
-            if path.endswith((".yaml", ".yml")):
-                import yaml
-                data = yaml.safe_load(handle)
-            else:
-                data = json.load(handle)
-    except (ValueError, ImportError) as err:
+            data = _load_yaml(handle) if path.endswith((".yaml", ".yml")) else json.load(handle)
+    except (ValueError, ImportError, OSError) as err:
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ConfigError(f"config file {path}: {first_line}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: expected a mapping of settings")
     return data
+
+
+def _load_yaml(handle):
+    import yaml
+    try:
+        return yaml.safe_load(handle)
+    except yaml.YAMLError as err:
+        # Not a ValueError, and its first line ("while parsing a flow node") does not say where.
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(f"{getattr(err, 'problem', None) or err}{where}") from None
 
 
 def resolve(config_cls, presets, preset, config_file=None, sets=(), extra=None):

@@ -15,6 +15,12 @@ from suite.runner import draw_seed, run_stamp
 # reported in one line, without a traceback.
 USER_ERRORS = (ValueError, OSError, rundir.RunDirError, dist.LaunchError)
 
+# How long a failed non-root rank stays up once training has started. Rank 0 learns of the
+# failure only at its next collective, and the first step may still be tracing or compiling
+# (15 s on two CPU cores, longer with XLA); it then writes run_stop and exits, and the launcher
+# ends this process early. A fixed few seconds let the launcher kill rank 0 with its log open.
+PEER_GRACE_SECONDS = 60
+
 
 class _Run:
     """State that the error path needs: is the log open, has run_start been written."""
@@ -112,7 +118,8 @@ def _abort(spec, state, err):
     world = state.world
     rank = world.rank if world else 0
     caused_elsewhere = isinstance(err, _PeerFailed) or "Horovod has been shut down" in str(err)
-    message = _one_line(state.job, err)
+    # Rank 0 sees only Horovod's shutdown; the cause is on the failed rank's stderr.
+    message = "stopped because another rank failed" if caused_elsewhere else _one_line(state.job, err)
     if state.log is not None and state.started:
         state.log.run_stop(ABORTED, reason=message)
         state.log.close()
@@ -127,8 +134,8 @@ def _abort(spec, state, err):
     if world is not None:
         dist.shutdown()
         if not world.is_root and not caused_elsewhere:
-            # Give rank 0 a moment to write run_stop before the launcher tears the job down.
-            time.sleep(3)
+            # Give rank 0 time to write run_stop before the launcher tears the job down.
+            time.sleep(PEER_GRACE_SECONDS if state.started else 3)
     return 1
 
 

@@ -1,0 +1,318 @@
+"""Bad input through the public entry points: one clear line, non-zero exit, no hang, no lost results.
+
+Each case runs `python -m models.resnet50` (alone or under horovodrun) in a subprocess with a
+timeout, so a hang fails the test. The culprit must be named in the last line of stderr (after
+TensorFlow's start-up noise), no traceback may be printed, and once run_start is logged the MLPerf
+log must end with run_stop status aborted.
+"""
+import json
+import os
+import re
+import shutil
+import time
+
+import pytest
+
+from conftest import TINY, read_log, run, train_cmd
+
+# TensorFlow/absl start-up noise: "2026-11-29 23:08:42.877123: I ...", "E0000 00:00:...".
+NOISE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d|[EWIF]\d{4} )")
+# Launchers tag each rank's lines: mpirun "[1,0]<stderr>:", horovodrun (Gloo) "[0]<stderr>:".
+# mpirun sometimes also appends a stray tag after the text, so tags are split out anywhere.
+TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:")
+TRACEBACK = "Traceback (most recent call last)"
+
+SINGLE_TIMEOUT = 180
+LAUNCH_TIMEOUT = 150
+
+
+def meaningful(lines):
+    return [line for line in lines if line.strip() and not NOISE.match(line)]
+
+
+def last_line(stderr):
+    lines = meaningful(stderr.splitlines())
+    assert lines, "nothing on stderr"
+    return lines[-1]
+
+
+def rank_lines(output, stream="stderr"):
+    """{rank: [lines]} from a launcher's tagged output (untagged lines, the launcher's own, are dropped)."""
+    ranks = {}
+    for raw in output.splitlines():
+        parts = TAG.split(raw)
+        # re.split with two groups: [before, rank, stream, text, rank, stream, text, ...]
+        for i in range(1, len(parts) - 2, 3):
+            if parts[i + 1] == stream and parts[i + 2].strip():
+                ranks.setdefault(int(parts[i]), []).append(parts[i + 2])
+    return {rank: meaningful(lines) for rank, lines in ranks.items()}
+
+
+def assert_one_line_error(result, *culprits, code=None):
+    """One process: non-zero (or the given) exit, no traceback, last stderr line an error naming culprits."""
+    shown = result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.returncode != 0, shown
+    if code is not None:
+        assert result.returncode == code, shown
+    assert TRACEBACK not in result.stderr, shown
+    line = last_line(result.stderr)
+    assert line.startswith("error"), shown
+    for culprit in culprits:
+        assert culprit in line, f"{culprit!r} not named in: {line}"
+    return line
+
+
+def assert_ranks_report(result, *culprits, failing=None):
+    """Launcher: non-zero exit, no traceback from any rank, every rank's last line explains its exit.
+
+    A rank that hit the problem prints `error ...` naming the culprits; the others say they stopped
+    because another rank failed. `failing` lists ranks that must be among the former.
+    """
+    shown = result.stdout[-2000:] + result.stderr[-4000:]
+    assert result.returncode != 0, shown
+    per_rank = rank_lines(result.stderr)
+    assert sorted(per_rank) == [0, 1], shown
+    errors = []
+    for rank, lines in per_rank.items():
+        assert not any(TRACEBACK in line for line in lines), shown
+        assert lines, f"rank {rank} printed nothing:\n{shown}"
+        line = lines[-1]
+        if line.startswith("error"):
+            errors.append(rank)
+            for culprit in culprits:
+                assert culprit in line, f"{culprit!r} not named by rank {rank}: {line}"
+        else:
+            assert line == f"rank {rank}: stopped because another rank failed", shown
+    assert errors, shown
+    assert set(failing or ()) <= set(errors), shown
+
+
+def assert_aborted(run_dir):
+    """The run had started: the MLPerf log ends with exactly one run_stop, status aborted."""
+    events = read_log(os.path.join(run_dir, "result_0.txt"))
+    keys = [e["key"] for e in events]
+    assert keys.count("run_start") == 1, keys
+    assert keys.count("run_stop") == 1, keys
+    assert keys[-1] == "run_stop", keys
+    assert events[-1]["metadata"]["status"] == "aborted", events[-1]
+    return events[-1]["metadata"].get("reason", "")
+
+
+def assert_not_started(run_dir):
+    """Failed before run_start: no run_start or run_stop in the log, if there is a log at all."""
+    path = os.path.join(run_dir, "result_0.txt")
+    if os.path.exists(path):
+        keys = [e["key"] for e in read_log(path)]
+        assert "run_start" not in keys and "run_stop" not in keys, keys
+
+
+def assert_records_whole(run_dir):
+    """summary.json and config.json are absent or whole JSON; no temporary file is left behind."""
+    if not os.path.isdir(run_dir):
+        return
+    for name in ("summary.json", "config.json", "env.json"):
+        path = os.path.join(run_dir, name)
+        if os.path.exists(path):
+            with open(path) as handle:
+                json.load(handle)
+    leftovers = [name for name in os.listdir(run_dir) if ".tmp." in name]
+    assert not leftovers, leftovers
+
+
+def train(*args, timeout=SINGLE_TIMEOUT):
+    return run(train_cmd(*args), timeout=timeout)
+
+
+def launch(*args, np=2, timeout=LAUNCH_TIMEOUT):
+    return run(train_cmd(*args, launcher=("horovodrun",), np=np), timeout=timeout)
+
+
+def copy_dataset(small_data, tmp_path, name="data"):
+    out = tmp_path / name
+    shutil.copytree(small_data, out)
+    return out
+
+
+def garble(path, how):
+    """Damages a TFRecord shard: zeros over its middle bytes, or its second half cut off."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    if how == "garbled":
+        data[middle:middle + 64] = bytes(64)
+    else:
+        del data[middle:]
+    path.write_bytes(bytes(data))
+
+
+# --------------------------------------------------------------------------------------------
+# Flags, presets, settings and config files: refused before TensorFlow loads, exit code 2
+
+
+def test_help_lists_presets_quickly():
+    started = time.monotonic()
+    result = train("--help", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 30
+    from models.resnet50.workload import PRESETS
+    for name in PRESETS:
+        assert name in result.stdout
+    assert "--set KEY=VALUE" in result.stdout
+
+
+def test_unknown_preset_names_it_and_lists_choices(tmp_path):
+    result = train("--preset", "nope", "--run-dir", str(tmp_path / "run"), timeout=60)
+    line = assert_one_line_error(result, "'nope'", "tiny_cpu", "closed_8xA100_gbs3264", code=2)
+    assert "preset" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_flag_is_an_argparse_error(tmp_path):
+    result = train("--bogus", "--run-dir", str(tmp_path / "run"), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert TRACEBACK not in result.stderr
+    line = last_line(result.stderr)
+    # argparse's own form, "<prog>: error: ...", keeps the program name in front.
+    assert re.match(r"^(python -m models\.resnet50: )?error: ", line), line
+    assert "--bogus" in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("setting, culprits", [
+    ("bogus=1", ["bogus", "unknown setting"]),
+    ("epochs=abc", ["epochs", "abc", "int"]),
+    ("xla=maybe", ["xla", "maybe", "bool"]),
+    ("epochs", ["epochs", "key=value"]),
+    ("precision=fp64", ["precision", "fp64"]),
+    ("epochs=0", ["epochs", "positive"]),
+])
+def test_bad_set_names_the_key(setting, culprits, small_data, tmp_path):
+    result = train(*TINY, "--data-dir", small_data, "--run-dir", str(tmp_path / "run"), "--set", setting,
+                   timeout=60)
+    assert_one_line_error(result, *culprits, code=2)
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_config_file_is_named(small_data, tmp_path):
+    path = tmp_path / "absent.json"
+    result = train(*TINY, "--data-dir", small_data, "--config", str(path), timeout=60)
+    assert_one_line_error(result, str(path), "not found", code=2)
+
+
+@pytest.mark.parametrize("name, text, culprits", [
+    ("broken.json", '{"epochs": ', []),
+    ("list.json", "[1, 2]", ["mapping"]),
+    ("unknown.json", '{"epochz": 2}', ["epochz"]),
+    ("typed.json", '{"epochs": "two"}', ["epochs", "int"]),
+    ("broken.yaml", "epochs: [1,\n", []),
+])
+def test_bad_config_file_is_named(name, text, culprits, small_data, tmp_path):
+    path = tmp_path / name
+    path.write_text(text)
+    result = train(*TINY, "--data-dir", small_data, "--config", str(path), timeout=60)
+    assert_one_line_error(result, str(path), *culprits, code=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Data and run directories: refused during init, before run_start
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_bad_data_directory_is_named(kind, tmp_path):
+    data_dir = tmp_path / "data"
+    if kind == "empty":
+        data_dir.mkdir()
+    run_dir = tmp_path / "run"
+    result = train(*TINY, "--data-dir", str(data_dir), "--run-dir", str(run_dir))
+    line = assert_one_line_error(result, str(data_dir))
+    assert ("not found" if kind == "missing" else "no training TFRecords") in line
+    assert_not_started(run_dir)
+    assert_records_whole(run_dir)
+
+
+def test_run_directory_with_a_result_is_refused_untouched(small_data, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    previous = b':::MLLOG {"key": "run_stop", "metadata": {"status": "success"}}\n\x00 earlier bytes\n'
+    (run_dir / "result_0.txt").write_bytes(previous)
+    result = train(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir))
+    assert_one_line_error(result, str(run_dir), "result_0.txt")
+    assert (run_dir / "result_0.txt").read_bytes() == previous
+    assert sorted(os.listdir(run_dir)) == ["result_0.txt"]
+
+
+def test_run_directory_that_is_a_file_is_refused(small_data, tmp_path):
+    run_dir = tmp_path / "not_a_dir"
+    run_dir.write_text("keep me\n")
+    result = train(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir))
+    assert_one_line_error(result, str(run_dir))
+    assert run_dir.read_text() == "keep me\n"
+
+
+def test_more_classes_than_num_classes_is_refused_before_training(tmp_path):
+    from models.resnet50 import data
+    data_dir = tmp_path / "six"
+    data.write_learnable_dataset(str(data_dir), num_classes=6, train_per_class=11, eval_per_class=4,
+                                 image_size=32, train_shards=2, eval_shards=2, seed=3)
+    run_dir = tmp_path / "run"
+    result = train(*TINY, "--data-dir", str(data_dir), "--run-dir", str(run_dir))
+    assert_one_line_error(result, str(data_dir), "6 classes", "num_classes")
+    assert_not_started(run_dir)
+    assert_records_whole(run_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# Problems found while training: run_stop aborted, records whole
+
+
+def test_label_out_of_range_in_records_aborts_the_run(tmp_path):
+    """dataset.json claims 4 classes but records carry labels 5 and 6: the pipeline's check fires."""
+    from models.resnet50 import data
+    data_dir = tmp_path / "mislabelled"
+    data.write_learnable_dataset(str(data_dir), num_classes=6, train_per_class=11, eval_per_class=4,
+                                 image_size=32, train_shards=2, eval_shards=2, seed=3)
+    meta_path = data_dir / data.METADATA_FILE
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "num_classes": 4}))
+    run_dir = tmp_path / "run"
+    result = train(*TINY, "--data-dir", str(data_dir), "--run-dir", str(run_dir))
+    line = assert_one_line_error(result, "label", "1..4", str(data_dir))
+    assert "label" in assert_aborted(run_dir)
+    assert_records_whole(run_dir)
+    assert not (run_dir / "summary.json").exists(), line
+
+
+@pytest.mark.parametrize("how", ["garbled", "truncated"])
+def test_corrupt_shard_aborts_a_single_process_run(how, small_data, tmp_path):
+    data_dir = copy_dataset(small_data, tmp_path)
+    garble(data_dir / "train-00001-of-00004", how)
+    run_dir = tmp_path / "run"
+    result = train(*TINY, "--data-dir", str(data_dir), "--run-dir", str(run_dir))
+    line = assert_one_line_error(result, str(data_dir), "data_cli check")
+    assert "corrupt or truncated TFRecord" in line
+    assert "corrupt or truncated TFRecord" in assert_aborted(run_dir)
+    assert_records_whole(run_dir)
+    assert not (run_dir / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_corrupt_shard_on_one_rank_aborts_every_rank(small_data, tmp_path):
+    """Rank 1 alone reads the damaged shard; rank 0 must still close the log as aborted, and nobody hangs."""
+    data_dir = copy_dataset(small_data, tmp_path)
+    # With 4 training shards and 2 ranks, rank r reads shards r and r + 2.
+    garble(data_dir / "train-00001-of-00004", "garbled")
+    run_dir = tmp_path / "run"
+    result = launch(*TINY, "--set", "epochs=2", "--data-dir", str(data_dir), "--run-dir", str(run_dir))
+    assert_ranks_report(result, str(data_dir), "data_cli check", failing=[1])
+    assert assert_aborted(run_dir)
+    assert_records_whole(run_dir)
+    assert not (run_dir / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_batch_not_divisible_by_ranks_stops_both(small_data, tmp_path):
+    run_dir = tmp_path / "run"
+    result = launch(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir),
+                    "--set", "global_batch_size=33", timeout=120)
+    assert_ranks_report(result, "global_batch_size", "33", "2 ranks")
+    assert_not_started(run_dir)
+    assert_records_whole(run_dir)
