@@ -1,0 +1,60 @@
+"""The closed code path (224 px, 1000 classes, LARS) logs everything the closed ResNet rules check."""
+import pytest
+
+from conftest import check_log, read_json, read_log, run, train_cmd
+
+
+@pytest.fixture(scope="module")
+def closed_run(tmp_path_factory):
+    """A 2-process run of the closed_path_cpu preset on a tiny generated 224 px dataset."""
+    from models.resnet50 import data
+    root = tmp_path_factory.mktemp("closed")
+    data_dir = root / "data"
+    data.write_learnable_dataset(str(data_dir), num_classes=4, train_per_class=4, eval_per_class=2,
+                                 image_size=224, train_shards=2, eval_shards=2, seed=3)
+    run_dir = root / "run"
+    result = run(train_cmd("--preset", "closed_path_cpu", "--data-dir", str(data_dir), "--run-dir",
+                           str(run_dir), launcher=("horovodrun",), np=2), timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.slow
+def test_closed_rules_fail_only_on_the_accuracy_target(closed_run):
+    log = closed_run / "result_0.txt"
+    for ruleset in ("1.1.0", "2.1.0"):
+        passed, output = check_log(log, ruleset, config=f"training_{ruleset}/closed_resnet.yaml")
+        assert not passed
+        failures = [line for line in output.splitlines() if line.startswith(("ERROR", "WARNING"))
+                    or "FAILED" in line or "failed" in line.lower()]
+        assert any("eval_accuracy" in line for line in failures), output
+        offending = [line for line in failures
+                     if "eval_accuracy" not in line and "FAILED" not in line and "Logging output" not in line]
+        assert not offending, output
+
+
+@pytest.mark.slow
+def test_closed_run_logs_lars_keys_and_all_161_tensors(closed_run):
+    events = read_log(closed_run / "result_0.txt")
+    values = {e["key"]: e["value"] for e in events}
+    assert values["opt_name"] == "lars"
+    assert values["lars_epsilon"] == 0.0
+    assert values["lars_opt_end_learning_rate"] == 0.0001
+    assert values["lars_opt_learning_rate_decay_poly_power"] == 2
+    assert values["global_batch_size"] == 4
+    assert values["gradient_accumulation_steps"] == 1
+    tensors = [e["metadata"]["tensor"] for e in events if e["key"] == "weights_initialization"]
+    assert len(tensors) == len(set(tensors)) == 161
+    stop = [e for e in events if e["key"] == "run_stop"]
+    assert len(stop) == 1 and stop[0]["metadata"]["status"] == "aborted"  # target not reached
+    # The generated data is not ImageNet, so the run itself says open, and says why.
+    assert values["submission_division"] == "open"
+    config = read_json(closed_run / "config.json")
+    assert config["open_reasons"] == ["dataset is not ImageNet-1k (16 train / 8 eval records)"]
+
+
+@pytest.mark.slow
+def test_closed_run_passes_the_open_rules_in_full(closed_run):
+    for ruleset in ("1.1.0", "2.1.0"):
+        passed, output = check_log(closed_run / "result_0.txt", ruleset)
+        assert passed, output
