@@ -294,6 +294,25 @@ def test_corrupt_shard_aborts_a_single_process_run(how, small_data, tmp_path):
     assert not (run_dir / "summary.json").exists()
 
 
+def test_undecodable_image_aborts_the_run_with_the_error_last(small_data, tmp_path):
+    """Whole TFRecords, bad JPEG bytes: libjpeg warnings from the input threads must not follow the error."""
+    import tensorflow as tf
+    from models.resnet50 import data
+    data_dir = copy_dataset(small_data, tmp_path)
+    shard = str(data_dir / "train-00002-of-00004")
+    records = []
+    for record in tf.data.TFRecordDataset(shard):
+        example = tf.train.Example.FromString(record.numpy())
+        example.features.feature["image/encoded"].bytes_list.value[0] = b"\xff\xd8\xff" + b"x" * 100
+        records.append(example.SerializeToString())
+    data._write_tfrecords(shard, records)
+    run_dir = tmp_path / "run"
+    result = train(*TINY, "--data-dir", str(data_dir), "--run-dir", str(run_dir))
+    assert_one_line_error(result, "not a valid JPEG", str(data_dir))
+    assert "JPEG" in assert_aborted(run_dir)
+    assert_records_whole(run_dir)
+
+
 @pytest.mark.slow
 def test_corrupt_shard_on_one_rank_aborts_every_rank(small_data, tmp_path):
     """Rank 1 alone reads the damaged shard; rank 0 must still close the log as aborted, and nobody hangs."""
