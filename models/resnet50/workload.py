@@ -40,6 +40,8 @@ class ResNetConfig(CommonConfig):
     eval_offset: int = 3
     """First evaluation after this epoch (0 means after epochs_between_evals); MLPerf allows 0-3."""
     target_accuracy: float = TARGET_TOP1
+    synthetic_epoch_samples: int = 0
+    """Samples per epoch with synthetic data; 0 means ImageNet's 1,281,167."""
 
     def problems(self):
         found = super().problems()
@@ -166,8 +168,9 @@ def _datasets(config, world, seed, batch, eval_batch):
     if config.synthetic:
         train = data.synthetic_dataset(batch, seed=seed + world.rank, **kwargs)
         eval_batches = 4
-        return (None, train, lambda: train.take(eval_batches),
-                data.IMAGENET_TRAIN_RECORDS, eval_batches * batch * world.size)
+        epoch_samples = config.synthetic_epoch_samples or data.IMAGENET_TRAIN_RECORDS
+        return (None, train, lambda: train.take(eval_batches), epoch_samples,
+                eval_batches * batch * world.size)
     info = data.dataset_info(config.data_dir)
     if info.num_classes and info.num_classes > config.num_classes:
         raise ValueError(f"{config.data_dir} has {info.num_classes} classes but num_classes is "
