@@ -62,7 +62,8 @@ def test_config_file_with_wrong_type_names_file_and_key(tmp_path):
 
 def test_closed_presets_batch_arithmetic_adds_up():
     for name, preset in PRESETS.items():
-        gpus, per_gpu, total = map(int, re.search(r"(\d+) \w+ x (\d+) = (\d+)", preset.batch_arithmetic).groups())
+        found = re.search(r"(\d+) \w+ x (\d+) = (\d+)", preset.batch_arithmetic)
+        gpus, per_gpu, total = map(int, found.groups())
         assert gpus * per_gpu == total == preset.overrides["global_batch_size"], name
         config = make(name)
         assert local_batch(config, SimpleNamespace(size=gpus)) == per_gpu
