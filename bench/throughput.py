@@ -31,8 +31,8 @@ def run_variant(processes, settings, image_size, steps, per_rank_batch, work):
     os.rmdir(run_dir)
     global_batch = per_rank_batch * processes
     sets = [f"image_size={image_size}", f"global_batch_size={global_batch}", "synthetic=true",
-            f"synthetic_epoch_samples={steps * global_batch}", "epochs=1", "eval_offset=1", "epochs_between_evals=1",
-            f"log_every={max(1, steps // 3)}", *settings]
+            f"synthetic_epoch_samples={steps * global_batch}", "epochs=1", "eval_offset=1",
+            "epochs_between_evals=1", f"log_every={max(1, steps // 3)}", *settings]
     command = [sys.executable if processes == 1 else "python", "-m", "models.resnet50",
                "--preset", "tiny_cpu", "--run-dir", run_dir]
     for item in sets:

@@ -1,7 +1,9 @@
 """One run of one benchmark on this job: Horovod up, MLPerf log, workload built, loop, records written."""
+import gc
 import os
 import sys
 import time
+import traceback
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
@@ -123,6 +125,7 @@ def _abort(spec, state, err):
     if state.log is not None and state.started:
         state.log.run_stop(ABORTED, reason=message)
         state.log.close()
+    _stop_input_threads(err)
     if caused_elsewhere:
         print(f"rank {rank}: stopped because another rank failed", file=sys.stderr, flush=True)
     elif isinstance(err, KeyboardInterrupt):
@@ -137,6 +140,18 @@ def _abort(spec, state, err):
             # Give rank 0 time to write run_stop before the launcher tears the job down.
             time.sleep(PEER_GRACE_SECONDS if state.started else 3)
     return 1
+
+
+def _stop_input_threads(err):
+    """Frees the data iterators held by the failed frames, so their threads stop before the error line.
+
+    Left running, tf.data's threads go on decoding (the bad record again, on the next repeat) and
+    libjpeg's warnings land after the one-line error.
+    """
+    while err is not None:
+        traceback.clear_frames(err.__traceback__)
+        err = err.__context__
+    gc.collect()
 
 
 def _one_line(job, err):
