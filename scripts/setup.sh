@@ -13,6 +13,9 @@
 #                     gpu installs `tensorflow` and builds Horovod with NCCL.
 #   SUITE_PYTHON      interpreter used to create the environment (default: python3.11)
 #   SUITE_SKIP_APT=1  do not touch Debian packages (e.g. inside a prepared image)
+#   SUITE_REQUIREMENTS  pinned requirements file (default: requirements.txt); e.g.
+#                     requirements-tf2.15.txt for the TensorFlow 2.15 (NGC-era) environment
+#   SUITE_ENV_LINK    name of the link to the environment in the clone (default: .venv)
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
@@ -21,7 +24,8 @@ SETUP_REVISION=1   # bump to invalidate cached environments after changing this 
 repo_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache_dir=${SUITE_CACHE_DIR:-$HOME/.cache/mlperf-hvd-suite}
 python_bin=${SUITE_PYTHON:-python3.11}
-requirements=$repo_dir/requirements.txt
+requirements=$repo_dir/${SUITE_REQUIREMENTS:-requirements.txt}
+env_link=$repo_dir/${SUITE_ENV_LINK:-.venv}
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
@@ -112,6 +116,7 @@ create_environment() {
 }
 
 main() {
+  [[ -f $requirements ]] || die "requirements file not found: $requirements"
   install_debian_packages
   command -v "$python_bin" >/dev/null || die "$python_bin not found (set SUITE_PYTHON)"
   local device; device=$(detect_device)
@@ -121,13 +126,13 @@ main() {
   if [[ ! -f $venv/.complete ]]; then
     create_environment "$venv" "$device"
   fi
-  ln -sfn "$venv" "$repo_dir/.venv"
+  ln -sfn "$venv" "$env_link"
   # The suite itself, editable, so console scripts point at this clone.
   (cd "$repo_dir" && quiet_pip "$venv" install --no-deps --no-build-isolation -e .)
   # --check-build imports TensorFlow; keep its start-up chatter out of the way.
   TF_CPP_MIN_LOG_LEVEL=3 "$venv/bin/horovodrun" --check-build 2>/dev/null >&2 \
     || die "horovodrun --check-build failed in $venv"
-  log "ready: $repo_dir/.venv -> $venv ($device)"
+  log "ready: $env_link -> $venv ($device)"
 }
 
 main "$@"
