@@ -18,11 +18,23 @@ def default_run_dir(preset, stamp=None):
     return os.path.join("runs", f"{preset}-{stamp}")
 
 
+def _holds_a_run(log_path):
+    with open(log_path, errors="replace") as handle:
+        return any(f'"key": "{key}"' in line for line in handle for key in ("run_start", "run_stop"))
+
+
 def prepare(path):
-    """Creates the run directory; refuses one that already holds a log, so no result is overwritten."""
+    """Creates the run directory; refuses one whose log holds a run, so no result is overwritten.
+
+    A log left by a run that failed before run_start (bad data, say) holds no result and is
+    replaced, so the corrected command can be repeated as it is.
+    """
     log_path = os.path.join(path, LOG_NAME)
     if os.path.exists(log_path):
-        raise RunDirError(f"run directory {path} already holds {LOG_NAME}; choose another --run-dir")
+        if _holds_a_run(log_path):
+            raise RunDirError(f"run directory {path} already holds a run in {LOG_NAME}; "
+                              f"choose another --run-dir")
+        os.remove(log_path)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:

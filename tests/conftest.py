@@ -32,7 +32,8 @@ def train_cmd(*args, launcher=(), np=1):
     prefix = {
         (): [],
         ("horovodrun",): ["horovodrun", "-np", str(np), "-H", f"localhost:{np}"],
-        ("horovodrun", "--gloo"): ["horovodrun", "--gloo", "-np", str(np), "-hostfile", "hostfiles/localhost"],
+        ("horovodrun", "--gloo"): ["horovodrun", "--gloo", "-np", str(np),
+                                   "-hostfile", "hostfiles/localhost"],
         ("horovodrun", "--mpi"): ["horovodrun", "--mpi", "-np", str(np), "-H", f"localhost:{np}"],
         ("mpirun",): ["mpirun", "--oversubscribe", "-np", str(np)],
     }[tuple(launcher)]

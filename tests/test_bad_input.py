@@ -343,3 +343,14 @@ def test_batch_not_divisible_by_ranks_stops_both(small_data, tmp_path):
     assert_ranks_report(result, "global_batch_size", "33", "2 ranks")
     assert_not_started(run_dir)
     assert_records_whole(run_dir)
+
+
+def test_corrected_command_reuses_a_run_directory_that_never_started(small_data, tmp_path):
+    """A log from a run that failed before run_start holds no result; repeating the fixed command works."""
+    run_dir = tmp_path / "run"
+    failed = train(*TINY, "--data-dir", str(tmp_path / "typo"), "--run-dir", str(run_dir))
+    assert failed.returncode != 0
+    fixed = train(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir))
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    keys = [e["key"] for e in read_log(run_dir / "result_0.txt")]
+    assert keys.count("init_start") == 1 and keys.count("run_stop") == 1
