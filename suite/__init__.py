@@ -1,10 +1,30 @@
 """Shared machinery of the benchmark suite: config, Horovod set-up, MLPerf logging, the training loop."""
+import importlib.util
 import os
 
-# Horovod 0.28.1 does not work with Keras 3, so TensorFlow >= 2.16 must resolve
-# `tf.keras` to the tf-keras package. This has to happen before TensorFlow is first
-# imported, which is why it lives in the package __init__ that every entry point imports.
-# On TensorFlow 2.15 (NGC containers) tf.keras is Keras 2 already and the variable is ignored.
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+def _legacy_keras_available():
+    # find_spec only looks the package up; importing it here would load TensorFlow too early.
+    return importlib.util.find_spec("tf_keras") is not None
+
+
+# Horovod 0.28.1 does not work with Keras 3, so on TensorFlow >= 2.16 `tf.keras` must resolve
+# to the tf-keras package. That has to be decided before TensorFlow is first imported, which
+# is why it lives in the package __init__ that every entry point imports. TensorFlow 2.15
+# (NGC containers) honours the variable too, but only with tf-keras installed; without it,
+# 2.15's own tf.keras is Keras 2 already, so the variable is left unset. A user's own
+# setting always wins.
+if _legacy_keras_available():
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # Quieter TensorFlow start-up; a user's own setting wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def require_keras2(tf):
+    """Fails clearly when tf.keras turned out to be Keras 3, which Horovod 0.28.1 cannot drive."""
+    # Keras 3 exposes keras.version(); the Keras 2 packages behind tf.keras do not.
+    version = tf.keras.version() if callable(getattr(tf.keras, "version", None)) else "2"
+    if not version.startswith("2"):
+        minor = ".".join(tf.__version__.split(".")[:2])
+        raise ImportError(f"tf.keras is Keras {version}; Horovod needs Keras 2: "
+                          f"pip install tf-keras=={minor}.* and set TF_USE_LEGACY_KERAS=1")

@@ -50,6 +50,7 @@ def detect_launcher(env=None):
 
 def initialize():
     """Starts Horovod and gives this process its device; call before building any model."""
+    suite.require_keras2(tf)
     # Horovod: initialise the job (Gloo or MPI controller, as the launcher chose).
     hvd.init()
     gpus = tf.config.list_physical_devices("GPU")

@@ -354,3 +354,10 @@ def test_corrected_command_reuses_a_run_directory_that_never_started(small_data,
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     keys = [e["key"] for e in read_log(run_dir / "result_0.txt")]
     assert keys.count("init_start") == 1 and keys.count("run_stop") == 1
+
+
+def test_keras_3_behind_tf_keras_is_refused_with_the_fix(small_data, tmp_path):
+    """Horovod 0.28.1 cannot drive Keras 3: a user who turns the legacy switch off is told what to install."""
+    result = run(train_cmd(*TINY, "--data-dir", small_data, "--run-dir", str(tmp_path / "run")),
+                 timeout=SINGLE_TIMEOUT, TF_USE_LEGACY_KERAS="0")
+    assert_one_line_error(result, "Keras 3", "tf-keras")
