@@ -33,6 +33,10 @@ class World:
         return self.rank == 0
 
 
+# Launchers that start MPI ranks: Horovod must join their MPI_COMM_WORLD, not start a job of its own.
+MPI_LAUNCHERS = ("mpirun", "srun", "mpiexec")
+
+
 def detect_launcher(env=None):
     """Names what started this process, from the variables each launcher sets."""
     env = os.environ if env is None else env
@@ -44,15 +48,52 @@ def detect_launcher(env=None):
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         return "srun"
     if "PMI_RANK" in env or "PMIX_RANK" in env:
+        # MPICH / Intel MPI (Hydra) set PMI_*, a PMIx server PMIX_*.
         return "mpiexec"
     return "single"
+
+
+def launcher_size(env=None):
+    """The process count the MPI launcher announced, or None where it announces none."""
+    env = os.environ if env is None else env
+    for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if env.get(key, "").isdigit():
+            return int(env[key])
+    return None
+
+
+def _start_horovod(launcher):
+    """hvd.init on the launcher's MPI_COMM_WORLD under an MPI launch; Horovod's own set-up otherwise."""
+    if launcher in MPI_LAUNCHERS:
+        try:
+            # Importing mpi4py.MPI initialises MPI with THREAD_MULTIPLE (mpi4py's default), the level
+            # Horovod's background thread needs; Horovod then adopts (duplicates) the communicator.
+            from mpi4py import MPI
+        except ImportError:
+            MPI = None  # Horovod initialises MPI itself, on COMM_WORLD all the same
+        if MPI is not None:
+            # Horovod: join the ranks the MPI launcher started.
+            hvd.init(comm=MPI.COMM_WORLD)
+            return
+    # Horovod: Gloo rendezvous (horovodrun --gloo) or a single process.
+    hvd.init()
+
+
+def _check_size(launcher):
+    # An mpi4py or Horovod built against another MPI than the launcher's sees a world of one in
+    # every process: N copies of a one-rank run, all writing the same run directory.
+    expected = launcher_size()
+    if expected is not None and expected != hvd.size():
+        raise LaunchError(f"{launcher} started {expected} processes but Horovod sees {hvd.size()}; "
+                          f"Horovod and mpi4py must use the MPI library of the launcher")
 
 
 def initialize():
     """Starts Horovod and gives this process its device; call before building any model."""
     suite.require_keras2(tf)
-    # Horovod: initialise the job (Gloo or MPI controller, as the launcher chose).
-    hvd.init()
+    launcher = detect_launcher()
+    _start_horovod(launcher)
+    _check_size(launcher)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         if hvd.local_size() > len(gpus):
@@ -71,7 +112,7 @@ def initialize():
         device = "cpu"
     return World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                  local_size=hvd.local_size(), cross_size=hvd.cross_size(),
-                 host=socket.gethostname(), launcher=detect_launcher(),
+                 host=socket.gethostname(), launcher=launcher,
                  controller="gloo" if hvd.gloo_enabled() else "mpi", device=device)
 
 
