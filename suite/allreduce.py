@@ -1,0 +1,542 @@
+"""Horovod allreduce bandwidth on the live job: time, algbw and busbw per message size, as a table and JSON.
+
+Run it the way the training entry points run, so it measures the same path the gradients take:
+
+    horovodrun -np 16 -hostfile hostfiles/2node python -m suite.allreduce --expect-busbw 185
+    mpirun -np 2 python -m suite.allreduce --min-bytes 4K --max-bytes 64M --json runs/ar.json
+
+Conventions (those of NVIDIA's nccl-tests, so the figures compare with `all_reduce_perf`):
+
+- sizes are bytes of one rank's buffer; K, M and G are binary (1K = 1024);
+- time is, per iteration, the slowest rank's wall time (the collective is only as fast as its
+  slowest member), then the median over the timed iterations;
+- algbw = bytes / time and busbw = algbw * 2(n-1)/n, in GB/s with GB = 1e9. busbw is what each
+  rank's links carry in a ring allreduce, so it does not depend on n and is the figure to hold
+  against a cluster's expected bandwidth. On one rank 2(n-1)/n = 0, so busbw is 0: nothing
+  crosses a link;
+- with --fp16-compression the bandwidths count the bytes on the wire (half of a float32
+  buffer); `effective_algbw_gbps` in the JSON counts the uncompressed bytes.
+
+Why eager and not a tf.function: each timed iteration is one `hvd.allreduce` call followed by a
+one-element read of its output, which waits for the collective (on a GPU it also waits for the
+NCCL stream) without copying the whole buffer to the host. Eager dispatch costs tens of
+microseconds, well under Horovod's own negotiation cycle (HOROVOD_CYCLE_TIME, 1 ms by default),
+which is the latency floor at small sizes in training as well. A tf.function would only pay
+off by putting several allreduces in one graph, and Horovod would then fuse them into one
+message, so the size measured would no longer be the size asked for, and a per-iteration time
+(needed for the median and the max over ranks) would be lost.
+
+Every size is also checked: rank r contributes (r + 1) * [1, 2, 3, 4, 1, 2, ...], so the sum is
+n(n+1)/2 times the pattern, exact in float32 and, up to 32 ranks, in float16. A wrong result
+makes the run exit 1 even though the table is printed.
+
+Exit codes: 0 (also when bandwidth is below expectation: a warning, not a failure), 1 wrong
+results, 2 bad input (reported in one line by rank 0 before Horovod starts).
+"""
+import argparse
+import math
+import os
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from suite.runner import env_rank
+
+GB = 1e9
+ITEMSIZE = {"float32": 4, "float16": 2}
+# Defaults for --max-bytes: a GPU job goes to 1 GiB like nccl-tests; on CPU (tests, laptops)
+# 256 MiB keeps two ranks' buffers well inside a small machine's memory.
+DEFAULT_MAX = {"gpu": 1 << 30, "cpu": 256 << 20}
+SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+# The value pattern each rank multiplies by (rank + 1); see the module docstring.
+PERIOD = 4
+CHECK_CHUNK = 1 << 22  # elements compared at a time (a multiple of PERIOD), so the check needs no full copy
+# "Large" messages, where busbw should have reached its plateau: the largest size and the
+# sizes down to 1/16 of it.
+LARGE_SPAN = 16
+# Below this largest size a plateau is unlikely even on a healthy network.
+PLATEAU_BYTES = 256 << 20
+# Host memory a CPU rank needs per byte of its largest message: input, output and the
+# controller's scratch. Measured: 2 ranks under Gloo at 1 GiB peaked at 5.9 GB each (TF itself 0.55).
+MEMORY_FACTOR = 6
+ENV_PREFIXES = ("NCCL_", "HOROVOD_", "UCX_", "OMPI_MCA_")
+
+
+class UsageError(ValueError):
+    """A flag value the benchmark cannot run with."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # One line instead of argparse's usage block; main() decides who prints it.
+    def error(self, message):
+        raise UsageError(message)
+
+
+def parse_size(text):
+    """'4K' -> 4096: a positive integer with an optional binary K, M or G suffix."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", str(text), flags=re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (a whole number with optional K, M or G)")
+    value = int(match.group(1)) * SUFFIX[match.group(2).upper()]
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (must be positive)")
+    return value
+
+
+def format_size(nbytes):
+    """4096 -> '4K': the shortest exact binary spelling."""
+    for suffix in ("G", "M", "K"):
+        if nbytes % SUFFIX[suffix] == 0:
+            return f"{nbytes // SUFFIX[suffix]}{suffix}"
+    return str(nbytes)
+
+
+def message_sizes(min_bytes, max_bytes, factor):
+    """min, min*factor, ... up to max (inclusive when hit), as nccl-tests steps -b/-e/-f."""
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def bus_factor(world_size):
+    """2(n-1)/n: the share of the buffer each rank sends (and receives) in a ring allreduce."""
+    return 2 * (world_size - 1) / world_size
+
+
+def bandwidths(nbytes, seconds, world_size):
+    """(algbw, busbw) in GB/s for one allreduce of nbytes per rank taking seconds."""
+    algbw = nbytes / seconds / GB
+    return algbw, algbw * bus_factor(world_size)
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def build_parser():
+    parser = _Parser(prog="python -m suite.allreduce",
+                     description="Horovod allreduce time, algorithm and bus bandwidth per message size, "
+                                 "on the job this runs in (horovodrun, mpirun, srun or one process).")
+    parser.add_argument("--min-bytes", type=parse_size, default=parse_size("1K"),
+                        help="smallest message per rank (default 1K; K/M/G are binary)")
+    parser.add_argument("--max-bytes", type=parse_size, default=None,
+                        help="largest message per rank (default 1G on GPU, 256M on CPU)")
+    parser.add_argument("--factor", type=_positive_int, default=2,
+                        help="size multiplier per step (default 2)")
+    parser.add_argument("--dtype", choices=sorted(ITEMSIZE), default="float32")
+    parser.add_argument("--op", choices=("sum", "average"), default="sum",
+                        help="hvd.Sum (what nccl-tests measure, default) or hvd.Average (what "
+                             "DistributedGradientTape uses: a sum plus a scaling pass)")
+    parser.add_argument("--warmup", type=_non_negative_int, default=5, help="untimed allreduces per size")
+    parser.add_argument("--iters", type=_positive_int, default=20, help="timed allreduces per size")
+    parser.add_argument("--fp16-compression", action="store_true",
+                        help="hvd.Compression.fp16, as the fp16_allreduce setting of the training runs")
+    parser.add_argument("--json", metavar="PATH", help="write the results here (rank 0)")
+    parser.add_argument("--expect-busbw", type=_positive_float, metavar="GBPS",
+                        help="bus bandwidth (GB/s) the cluster should reach at large sizes, "
+                             "e.g. 185 on 2 OCI GM4.8 nodes; a loud warning when far below")
+    parser.add_argument("--warn-below", type=_positive_float, default=0.5, metavar="FRACTION",
+                        help="warn when large-message busbw is below this share of --expect-busbw "
+                             "(default 0.5)")
+    return parser
+
+
+def parse_args(argv=None, quiet=False):
+    """Flags, validated as far as they can be before Horovod starts; raises UsageError."""
+    parser = build_parser()
+    if quiet:
+        # Only rank 0 talks (--help included); the other ranks exit with the same code.
+        parser._print_message = lambda *a, **k: None
+    args = parser.parse_args(argv)
+    itemsize = ITEMSIZE[args.dtype]
+    if args.factor < 2:
+        raise UsageError(f"--factor {args.factor} must be at least 2")
+    if args.min_bytes % itemsize:
+        raise UsageError(f"--min-bytes {args.min_bytes} is not a whole number of {args.dtype} "
+                         f"elements ({itemsize} bytes)")
+    if args.max_bytes is not None and args.min_bytes > args.max_bytes:
+        raise UsageError(f"--min-bytes {format_size(args.min_bytes)} is larger than "
+                         f"--max-bytes {format_size(args.max_bytes)}")
+    if args.warn_below > 1:
+        raise UsageError(f"--warn-below {args.warn_below} must be a fraction in (0, 1]")
+    return args
+
+
+# ---- the values each rank sends, and the check of what comes back ----
+
+def wire_dtype(dtype, fp16_compression):
+    # hvd.Compression.fp16 casts every floating tensor to float16 for the transfer.
+    return "float16" if fp16_compression else dtype
+
+
+def expected_scale(world_size, op):
+    """What the pattern is multiplied by in the result: sum of (r + 1) over ranks, or its mean."""
+    total = world_size * (world_size + 1) / 2
+    return total if op == "sum" else total / world_size
+
+
+def tolerance(world_size, op, wire):
+    """Allowed relative error: zero when every partial sum is exact on the wire, else a few ulps per rank."""
+    exact_up_to = 2 ** (11 if wire == "float16" else 24)
+    if op == "sum" and expected_scale(world_size, op) * PERIOD <= exact_up_to:
+        return 0.0
+    return 4 * world_size * float(np.finfo(wire).eps)
+
+
+def expected_values(count, offset, world_size, op):
+    """The closed-form result for count elements starting at element offset, in float32.
+
+    float32 holds every expected value exactly: small integers, or such integers over n.
+    """
+    pattern = np.arange(1, PERIOD + 1, dtype=np.float32) * np.float32(expected_scale(world_size, op))
+    start = np.roll(pattern, -(offset % PERIOD))
+    return np.tile(start, -(-count // PERIOD))[:count]
+
+
+def check_values(values, want, rel):
+    """True when values equal want, exactly (rel 0) or within a relative tolerance."""
+    got = np.asarray(values).reshape(-1).astype(np.float32, copy=False)
+    if got.shape != want.shape:
+        return False
+    if rel == 0:
+        return bool(np.array_equal(got, want))
+    # NaN compares false, so a poisoned buffer fails too.
+    return bool(np.all(np.abs(got - want) <= np.float32(rel) * want))
+
+
+def check_tensor(tensor, world_size, op, wire):
+    """A whole allreduce output against the closed form, one slice at a time (no full host copy)."""
+    count = int(tensor.shape[0])
+    rel = tolerance(world_size, op, wire)
+    # Slices start at multiples of CHECK_CHUNK, itself a multiple of PERIOD: one expected slice serves all.
+    want = expected_values(min(count, CHECK_CHUNK), 0, world_size, op)
+    for start in range(0, count, CHECK_CHUNK):
+        values = tensor[start:start + CHECK_CHUNK].numpy()
+        if not check_values(values, want[:values.size], rel):
+            return False
+    return True
+
+
+def make_buffer(tf, count, rank, dtype):
+    """One rank's message: (rank + 1) * [1, 2, 3, 4, 1, ...], built on the rank's device."""
+    base = tf.constant(np.arange(1, PERIOD + 1) * (rank + 1), dtype=dtype)
+    reps = -(-count // PERIOD)
+    buf = tf.tile(base, [reps])
+    return buf if reps * PERIOD == count else buf[:count]
+
+
+# ---- comparison with the cluster's expected bandwidth ----
+
+def large_rows(rows):
+    largest = rows[-1]["bytes"]
+    return [row for row in rows if row["bytes"] * LARGE_SPAN >= largest]
+
+
+def likely_causes(nccl_built, largest_bytes, env):
+    """Why busbw can fall far short on a RoCE/InfiniBand cluster, most specific first."""
+    causes = []
+    if not nccl_built:
+        causes.append("Horovod was built without NCCL (hvd.nccl_built() is false): allreduce runs over "
+                      "Gloo/MPI in host memory and TCP; rebuild with HOROVOD_GPU_OPERATIONS=NCCL")
+    if env.get("HOROVOD_HIERARCHICAL_ALLREDUCE", "0") not in ("", "0"):
+        causes.append("HOROVOD_HIERARCHICAL_ALLREDUCE is on: its cross-node step uses host MPI, "
+                      "which under horovodrun runs over TCP")
+    causes += [
+        "NCCL fell back to TCP sockets: rerun with NCCL_DEBUG=INFO and look for 'NET/Socket' instead of "
+        "'NET/IB'; NCCL_IB_DISABLE must be unset or 0 "
+        f"(NCCL_IB_DISABLE={env.get('NCCL_IB_DISABLE', 'unset')}, NCCL_NET={env.get('NCCL_NET', 'unset')})",
+        "wrong NCCL_IB_HCA list or NCCL_IB_GID_INDEX (RoCEv2 is usually 3; check ibdev2netdev/show_gids) "
+        f"(NCCL_IB_HCA={env.get('NCCL_IB_HCA', 'unset')}, "
+        f"NCCL_IB_GID_INDEX={env.get('NCCL_IB_GID_INDEX', 'unset')})",
+        "only one NIC carries the rings (a one-device HCA list, or ports down): one 100 Gb/s port "
+        "gives about 12.5 GB/s; check every port with ib_write_bw",
+    ]
+    if largest_bytes < PLATEAU_BYTES:
+        causes.append(f"the largest message was only {format_size(largest_bytes)}: busbw plateaus near "
+                      f"1G; rerun with --max-bytes 1G")
+    return causes
+
+
+def assess(rows, expected_gbps, warn_below, world_size, nccl_built, env):
+    """(summary dict, warning text or None) for the large-message busbw against the expectation."""
+    if expected_gbps is None:
+        return None, None
+    large = large_rows(rows)
+    measured = max(row["busbw_gbps"] for row in large)
+    summary = {"expected_busbw_gbps": expected_gbps, "warn_below": warn_below,
+               "large_message_bytes": [row["bytes"] for row in large],
+               "large_message_busbw_gbps": measured, "ratio": measured / expected_gbps}
+    if world_size == 1:
+        # busbw is 0 by definition on one rank, so there is no network to judge.
+        summary["status"] = "not compared: one rank moves no bytes between ranks"
+        return summary, None
+    if measured >= warn_below * expected_gbps:
+        summary["status"] = "ok"
+        return summary, None
+    summary["status"] = "below expectation"
+    lines = [f"allreduce bus bandwidth is {measured:.3g} GB/s at messages of "
+             f"{format_size(large[0]['bytes'])}-{format_size(large[-1]['bytes'])}, "
+             f"{100 * measured / expected_gbps:.1f}% of the expected {expected_gbps:g} GB/s "
+             f"(warning threshold {100 * warn_below:g}%).",
+             "Likely causes:"]
+    lines += [f"  - {cause}" for cause in likely_causes(nccl_built, rows[-1]["bytes"], env)]
+    return summary, "\n".join(lines)
+
+
+def banner(text):
+    """A block nobody scrolls past: the text framed in '!' lines."""
+    rule = "!" * 100
+    lines = ["WARNING: ALLREDUCE BANDWIDTH FAR BELOW EXPECTATION", *text.splitlines()]
+    body = [f"!! {line}" for line in lines]
+    return "\n".join([rule, *body, rule])
+
+
+# ---- output ----
+
+TABLE_HEAD = f"{'size':>8} {'bytes':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  correct"
+
+
+def format_row(row):
+    return (f"{format_size(row['bytes']):>8} {row['bytes']:>12} {row['time_us']:>12.1f} "
+            f"{row['algbw_gbps']:>13.3f} {row['busbw_gbps']:>13.3f}  {'yes' if row['correct'] else 'NO'}")
+
+
+def format_table(rows):
+    return "\n".join([TABLE_HEAD, *map(format_row, rows)])
+
+
+def peak(rows):
+    return max(rows, key=lambda row: row["busbw_gbps"])
+
+
+# ---- the run ----
+
+def main(argv=None):
+    """Parses flags, runs the benchmark on this job and returns the exit code."""
+    rank = env_rank()
+    try:
+        args = parse_args(argv, quiet=rank != 0)
+    except UsageError as err:
+        # Every rank sees the same argv and exits here, before any collective, so none waits.
+        if rank == 0:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    from suite import dist
+    world = dist.initialize()
+    try:
+        return _benchmark(args, world, dist)
+    finally:
+        dist.shutdown()
+
+
+def _benchmark(args, world, dist):
+    import horovod.tensorflow as hvd
+    hosts = sorted(set(dist.allgather_object(world.host, "allreduce_bench.hosts")))
+    # Rank 0 decides the sizes and checks the output path; one broadcast keeps every rank in step.
+    plan = dist.broadcast_value(_plan(args, world) if world.is_root else None, "allreduce_bench.plan")
+    if plan["error"]:
+        if world.is_root:
+            print(f"error: {plan['error']}", file=sys.stderr, flush=True)
+        return 2
+    say = _say if world.is_root else _silent
+    nccl = bool(hvd.nccl_built())
+    say(f"allreduce benchmark: {world.size} rank(s) on {len(hosts)} host(s) via {world.launcher}, "
+        f"controller {world.controller}, device {world.device}, NCCL built: {'yes' if nccl else 'no'}")
+    say(f"dtype {args.dtype}, op {args.op}, fp16 compression {'on' if args.fp16_compression else 'off'}, "
+        f"warmup {args.warmup}, iters {args.iters}; time = median over iters of the slowest rank; "
+        f"busbw = algbw * 2(n-1)/n = algbw * {bus_factor(world.size):g}")
+    say(TABLE_HEAD)
+    rows = []
+    for nbytes in plan["sizes"]:
+        rows.append(measure(hvd, args, world, nbytes))
+        say(format_row(rows[-1]))
+    if not world.is_root:
+        return 0 if all(row["correct"] for row in rows) else 1
+    return _report(args, world, hosts, nccl, rows)
+
+
+def _plan(args, world):
+    """Message sizes and output checks, decided once on rank 0."""
+    max_bytes = args.max_bytes or max(args.min_bytes, DEFAULT_MAX[world.device])
+    sizes = message_sizes(args.min_bytes, max_bytes, args.factor)
+    error = _output_problem(args.json) or _memory_problem(world, sizes[-1], args.dtype)
+    return {"sizes": sizes, "error": error}
+
+
+def _output_problem(path):
+    if not path:
+        return None
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as err:
+        return f"cannot create the directory of --json {path}: {err.strerror}"
+    if not os.access(parent, os.W_OK):
+        return f"--json {path}: directory {parent} is not writable"
+    return None
+
+
+def _memory_problem(world, max_bytes, dtype):
+    """On CPU every local rank holds its buffers in host memory; refuse a size that cannot fit."""
+    if world.device != "cpu":
+        return None
+    available = _available_memory()
+    needed = world.local_size * MEMORY_FACTOR * max_bytes
+    if available is not None and needed > available:
+        return (f"--max-bytes {format_size(max_bytes)} needs about {needed / 2**30:.1f} GiB on this host "
+                f"({world.local_size} ranks x {MEMORY_FACTOR} buffers) but {available / 2**30:.1f} GiB "
+                f"is available; lower --max-bytes")
+    return None
+
+
+def _available_memory():
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def measure(hvd, args, world, nbytes):
+    """One message size: warm-up, timed iterations, the check, and the times agreed over ranks."""
+    import tensorflow as tf
+    count = nbytes // ITEMSIZE[args.dtype]
+    wire = wire_dtype(args.dtype, args.fp16_compression)
+    # Allocated once per size and reused by every iteration.
+    buf = make_buffer(tf, count, world.rank, args.dtype)
+    op = hvd.Sum if args.op == "sum" else hvd.Average
+    compression = hvd.Compression.fp16 if args.fp16_compression else hvd.Compression.none
+    name = f"allreduce_bench.{nbytes}"
+
+    def once():
+        # Horovod: the collective under test; one name per size so the response cache is reused.
+        out = hvd.allreduce(buf, op=op, compression=compression, name=name)
+        # Reading one element waits for the collective without a full device-to-host copy.
+        out[-1].numpy()
+        return out
+
+    # An extra untimed first call, checked on its own: a wrong result shows up before any timing.
+    correct = check_tensor(once(), world.size, args.op, wire)
+    for _ in range(args.warmup):
+        once()
+    times, last = [], None
+    for _ in range(args.iters):
+        # Drop the previous output first, so at most one output buffer exists besides the input.
+        last = None
+        start = time.perf_counter()
+        last = once()
+        times.append(time.perf_counter() - start)
+    # Checked outside the timed loop: the last timed result must be right too.
+    correct = correct and check_tensor(last, world.size, args.op, wire)
+    slowest, correct = _agree(hvd, tf, times, correct, nbytes)
+    return make_row(nbytes, count * ITEMSIZE[wire], count, slowest, correct, world.size)
+
+
+def _agree(hvd, tf, times, correct, nbytes):
+    """Per-iteration times maxed over ranks, and whether every rank got the right values."""
+    local = tf.constant(times + [0.0 if correct else 1.0], dtype=tf.float64)
+    # Horovod: the slowest rank defines each iteration's time; a wrong rank makes the size wrong.
+    agreed = hvd.allreduce(local, op=hvd.Max, name=f"allreduce_bench.agree.{nbytes}").numpy()
+    return [float(t) for t in agreed[:-1]], agreed[-1] == 0.0
+
+
+def make_row(nbytes, wire_bytes, count, times, correct, world_size):
+    """A table row: the median of the per-iteration times and the bandwidths it gives."""
+    seconds = statistics.median(times)
+    algbw, busbw = bandwidths(wire_bytes, seconds, world_size)
+    return {"bytes": nbytes, "wire_bytes": wire_bytes, "elements": count, "seconds": seconds,
+            "time_us": seconds * 1e6, "time_us_min": min(times) * 1e6, "time_us_max": max(times) * 1e6,
+            "algbw_gbps": algbw, "busbw_gbps": busbw, "effective_algbw_gbps": nbytes / seconds / GB,
+            "correct": bool(correct)}
+
+
+def _report(args, world, hosts, nccl, rows):
+    """Rank 0: peak, the comparison with the expectation, the JSON, the exit code."""
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    best = peak(rows)
+    if world.size == 1:
+        _say("one rank: busbw is 0 by definition (2(n-1)/n = 0); algbw is a local copy rate")
+    else:
+        _say(f"peak busbw {best['busbw_gbps']:.3f} GB/s at {format_size(best['bytes'])}")
+    expectation, warning = assess(rows, args.expect_busbw, args.warn_below, world.size, nccl, env)
+    if expectation and not warning:
+        _say(f"expected busbw {args.expect_busbw:g} GB/s: {expectation['status']}")
+    if warning:
+        print(banner(warning), file=sys.stderr, flush=True)
+    wrong = [format_size(row["bytes"]) for row in rows if not row["correct"]]
+    if args.json:
+        from suite import rundir
+        rundir.write_json(args.json, _record(args, world, hosts, nccl, rows, expectation, warning, env))
+        _say(f"results: {args.json}")
+    if wrong:
+        print(f"error: allreduce returned wrong values at {', '.join(wrong)}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _record(args, world, hosts, nccl, rows, expectation, warning, env):
+    from suite import rundir
+    best = peak(rows)
+    return {
+        "tool": "suite.allreduce", "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "world_size": world.size, "hosts": hosts, "hosts_count": len(hosts), "local_size": world.local_size,
+        "launcher": world.launcher, "controller": world.controller, "device": world.device,
+        "nccl_built": nccl, "dtype": args.dtype, "wire_dtype": wire_dtype(args.dtype, args.fp16_compression),
+        "op": args.op, "fp16_compression": args.fp16_compression, "warmup": args.warmup, "iters": args.iters,
+        "conventions": {"time": "median over iterations of the slowest rank's time",
+                        "algbw_gbps": "wire_bytes / seconds / 1e9",
+                        "busbw_gbps": "algbw_gbps * 2(n-1)/n; 0 on one rank",
+                        "sizes": "bytes per rank; K/M/G binary"},
+        "bus_factor": bus_factor(world.size),
+        "rows": rows, "correct": all(row["correct"] for row in rows),
+        "peak_busbw_gbps": best["busbw_gbps"], "peak_busbw_bytes": best["bytes"],
+        "expected_busbw_gbps": args.expect_busbw, "expectation": expectation, "warning": warning,
+        "environment": env, "versions": rundir.versions(), "git_revision": rundir.git_revision(),
+        "command": sys.argv,
+    }
+
+
+def _say(message):
+    print(message, flush=True)
+
+
+def _silent(message):
+    pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
