@@ -93,6 +93,9 @@ def plan_launch(args, model):
     if not model:
         raise LaunchError("no model given; end the flags with -- MODULE [model args], "
                           "e.g. -- models.resnet50")
+    if "--dry-run" in model:
+        # After `--` it would go to the model, and the job would really start.
+        raise LaunchError("--dry-run belongs before the --, with the launcher's flags")
     if not args.profile:
         raise LaunchError(f"choose a cluster profile with --profile: {', '.join(profiles.available())}")
     profile = profiles.load(args.profile)

@@ -1,0 +1,387 @@
+"""`python -m suite.launch`: dry-run commands per launcher and scale, validation errors, localhost runs."""
+import json
+import os
+import re
+import shlex
+import socket
+import sys
+import types
+
+import pytest
+
+from conftest import REPO, TINY, read_json, run
+
+# The OCI BM.GPU.GM4.8 (A100-v2.8) settings, typed in from the sources rather than read from the
+# profile, so a drifting profile fails here (oracle-quickstart/oci-hpc-oke
+# docs/recommended-nccl-rccl-parameters-by-shape.md; oci-hpc nccl-conf role and nccl_run_allreduce.sh).
+OCI_ENV = {
+    "NCCL_IB_HCA": "=mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,"
+                   "mlx5_14,mlx5_15,mlx5_16,mlx5_17,mlx5_9,mlx5_10,mlx5_11,mlx5_12",
+    "NCCL_IB_GID_INDEX": "3",
+    "NCCL_IB_TC": "41",
+    "NCCL_IB_SL": "0",
+    "NCCL_IB_QPS_PER_CONNECTION": "4",
+    "NCCL_IB_SPLIT_DATA_ON_QPS": "0",
+    "NCCL_IB_TIMEOUT": "22",
+    "NCCL_IGNORE_CPU_AFFINITY": "1",
+    "UCX_NET_DEVICES": "mlx5_0:1",
+}
+# The OCI profile leaves MPI's TCP interface for the user to fill in.
+MPI_IFACE = ["--env", "OMPI_MCA_btl_tcp_if_include=eth0"]
+OCI = ["--profile", "oci-bm-gpu-gm4-8", *MPI_IFACE]
+MODEL = ["--", "models.resnet50", "--preset", "closed_16xA100_gbs3264", "--data-dir", "/data/imagenet"]
+PROFILES = ("generic-infiniband", "local-cpu", "oci-bm-gpu-gm4-8", "tcp-only")
+
+
+def launch(*args, timeout=60):
+    return run([sys.executable, "-m", "suite.launch", *args], timeout=timeout)
+
+
+def dry_run(*args):
+    """(command argv, {variable: value}) from --dry-run's output: the command line, then KEY=VALUE lines."""
+    result = launch("--dry-run", *args)
+    assert result.returncode == 0, result.stderr
+    first, *rest = result.stdout.splitlines()
+    env = dict(line.split("=", 1) for line in rest)
+    return shlex.split(first), env
+
+
+def flag_value(command, flag):
+    return command[command.index(flag) + 1]
+
+
+def node_hostfile(tmp_path, nodes):
+    """The shipped hostfiles/<n>node with its placeholder names replaced by node-a, node-b, ..."""
+    with open(f"{REPO}/hostfiles/{nodes}node") as handle:
+        text = handle.read()
+    assert text.count("REPLACE-ME") == nodes and text.count("slots=8") == nodes
+    text = re.sub(r"gpu-node-0(\d)\.REPLACE-ME", lambda m: "node-" + "abcd"[int(m[1]) - 1], text)
+    path = tmp_path / f"{nodes}node"
+    path.write_text(text)
+    return str(path)
+
+
+def hosts_of(nodes):
+    return ",".join(f"node-{c}:8" for c in "abcd"[:nodes])
+
+
+def assert_one_line_error(result, *culprits):
+    assert result.returncode != 0, result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for culprit in culprits:
+        assert culprit in lines[0], lines[0]
+    assert result.stdout == ""
+    return lines[0]
+
+
+# --- dry runs ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_horovodrun_dry_run_under_oci_profile(nodes, tmp_path):
+    command, env = dry_run("--hostfile", node_hostfile(tmp_path, nodes), "-np", str(8 * nodes), *OCI,
+                           "--skip-host-check", *MODEL)
+    assert command[0] == "horovodrun"
+    assert flag_value(command, "-np") == str(8 * nodes)
+    assert flag_value(command, "-H") == hosts_of(nodes)
+    assert "--mpi-args=--mca coll '^hcoll'" in command
+    # The model command follows the launcher's own flags, unchanged.
+    assert command[-(len(MODEL) + 1):] == [sys.executable, "-m", *MODEL[1:]]
+    for key, value in OCI_ENV.items():
+        assert env.get(key) == value, key
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "eth0"
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_mpirun_dry_run_exports_every_variable(nodes, tmp_path):
+    command, env = dry_run("--hostfile", node_hostfile(tmp_path, nodes), *OCI, "--launcher", "mpirun",
+                           "--skip-host-check", *MODEL)
+    assert command[0] == "mpirun"
+    assert flag_value(command, "-np") == str(8 * nodes)  # all slots by default
+    assert flag_value(command, "-H") == hosts_of(nodes)
+    assert flag_value(command, "--bind-to") == "none" and flag_value(command, "--map-by") == "slot"
+    exported = {command[i + 1] for i, arg in enumerate(command) if arg == "-x"}
+    assert set(env) <= exported
+    for key, value in OCI_ENV.items():
+        assert env.get(key) == value, key
+    assert env["HOROVOD_FUSION_THRESHOLD"] == str(128 * 1024 * 1024)
+    assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_srun_dry_run(nodes, tmp_path):
+    command, env = dry_run("--hostfile", node_hostfile(tmp_path, nodes), *OCI, "--launcher", "srun",
+                           "--skip-host-check", *MODEL)
+    assert command[:4] == ["srun", "--mpi=pmix", "-N", str(nodes)]
+    assert "--ntasks-per-node=8" in command and f"--ntasks={8 * nodes}" in command
+    assert "--export=ALL" in command
+    assert f"--nodelist={','.join('node-' + c for c in 'abcd'[:nodes])}" in command
+    for key, value in OCI_ENV.items():
+        assert env.get(key) == value, key
+
+
+def test_srun_takes_its_shape_from_flags_without_a_hostfile():
+    command, _ = dry_run("--launcher", "srun", "--nodes", "4", "--ntasks-per-node", "8", *OCI, *MODEL)
+    assert command[:5] == ["srun", "--mpi=pmix", "-N", "4", "--ntasks-per-node=8"]
+    assert "--ntasks=32" in command and not any(arg.startswith("--nodelist") for arg in command)
+
+
+def test_resolvable_names_pass_the_host_check(tmp_path):
+    """No --skip-host-check: localhost and this machine's own name resolve."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"# two names of this machine\nlocalhost slots=8\n\n{socket.gethostname()} slots=8\n")
+    command, _ = dry_run("--hostfile", str(hostfile), *OCI, "-np", "12", *MODEL)
+    assert flag_value(command, "-H") == f"localhost:8,{socket.gethostname()}:8"
+    assert flag_value(command, "-np") == "12"
+
+
+def test_tuning_flags_override_the_profile(tmp_path):
+    hostfile = node_hostfile(tmp_path, 2)
+    base = ["--hostfile", hostfile, *OCI, "--skip-host-check"]
+    _, env = dry_run(*base, *MODEL)
+    assert (env["HOROVOD_FUSION_THRESHOLD"], env["HOROVOD_CYCLE_TIME"],
+            env["HOROVOD_HIERARCHICAL_ALLREDUCE"]) == (str(128 * 1024 * 1024), "1.0", "0")
+    assert "HOROVOD_TIMELINE" not in env
+
+    timeline = tmp_path / "tl.json"
+    command, env = dry_run(*base, "--fusion-threshold-mb", "64", "--cycle-time-ms", "2.5",
+                           "--hierarchical-allreduce", "--timeline", str(timeline),
+                           "--env", "NCCL_IB_TIMEOUT=23", *MODEL)
+    assert env["HOROVOD_FUSION_THRESHOLD"] == str(64 * 1024 * 1024)
+    assert env["HOROVOD_CYCLE_TIME"] == "2.5"
+    assert env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+    assert env["HOROVOD_TIMELINE"] == str(timeline)
+    assert env["NCCL_IB_TIMEOUT"] == "23"
+    # horovodrun gets the same values as its own flags.
+    assert flag_value(command, "--fusion-threshold-mb") == "64"
+    assert flag_value(command, "--cycle-time-ms") == "2.5"
+    assert "--hierarchical-allreduce" in command and "--no-hierarchical-allreduce" not in command
+    assert flag_value(command, "--timeline-filename") == str(timeline)
+
+
+def test_a_profile_file_and_the_launch_record(tmp_path):
+    profile = tmp_path / "my-cluster.yaml"
+    profile.write_text("name: my-cluster\nversion: 3\ndescription: test\ngpus_per_node: 8\n"
+                       "env: {NCCL_SOCKET_IFNAME: ens3, NCCL_IB_DISABLE: 1}\n"
+                       "mpi_args: [--mca, btl_tcp_if_include, ens3]\n"
+                       "horovod: {cycle_time_ms: 4, timeline: true}\n")
+    record = tmp_path / "rec"
+    command, env = dry_run("--hostfile", node_hostfile(tmp_path, 2), "--profile", str(profile),
+                           "--skip-host-check", "--launcher", "mpirun", "--record", str(record), *MODEL)
+    assert env["NCCL_SOCKET_IFNAME"] == "ens3" and env["NCCL_IB_DISABLE"] == "1"
+    assert env["HOROVOD_CYCLE_TIME"] == "4.0"
+    # timeline: true puts the trace next to the launch record.
+    assert env["HOROVOD_TIMELINE"] == str(record / "horovod_timeline.json")
+    mca = command.index("--mca")
+    assert command[mca:mca + 3] == ["--mca", "btl_tcp_if_include", "ens3"]
+    saved = read_json(record / "launch.json")
+    assert saved["command"] == command and saved["env"] == env
+    assert saved["profile"]["name"] == "my-cluster" and saved["profile"]["version"] == 3
+    assert saved["hosts"] == [{"name": "node-a", "slots": 8}, {"name": "node-b", "slots": 8}]
+    assert saved["dry_run"] is True and saved["exit_code"] is None
+    assert [p.name for p in record.iterdir()] == ["launch.json"]  # no temp file left behind
+
+
+def test_every_shipped_profile_loads():
+    from suite import profiles
+    assert set(PROFILES) <= set(profiles.available())
+    for name in PROFILES:
+        profile = profiles.load(name)
+        assert profile.name == name and profile.version >= 1
+    oci = profiles.load("oci-bm-gpu-gm4-8")
+    assert oci.gpus_per_node == 8 and oci.expected_busbw_gbps == {2: 185.0}
+    assert oci.placeholders() == ["OMPI_MCA_btl_tcp_if_include"]
+    assert profiles.load("tcp-only").env["NCCL_IB_DISABLE"] == "1"
+    assert not [k for k in profiles.load("local-cpu").env if k.startswith(("NCCL_", "UCX_"))]
+
+
+# --- validation errors, one by one ---------------------------------------------------------------
+
+HOSTFILE_ERRORS = {
+    "bad_slots": ("node-a slots=8\nnode-b slots=x\n", [":2:", "unknown syntax", "node-b slots=x"]),
+    "gpus_keyword": ("node-a gpus=8\n", [":1:", "unknown syntax"]),
+    "extra_token": ("# header\nnode-a slots=8 max_slots=8\n", [":2:", "unknown syntax"]),
+    "zero_slots": ("node-a slots=0\n", [":1:", "slots must be positive"]),
+    "duplicate": ("node-a slots=4\nnode-b slots=4\nNODE-A slots=4\n",
+                  [":3:", "duplicate host NODE-A", "line 1"]),
+    "empty": ("# nothing here\n\n", ["no hosts"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTFILE_ERRORS))
+def test_hostfile_errors(case, tmp_path):
+    text, culprits = HOSTFILE_ERRORS[case]
+    path = tmp_path / f"hosts-{case}"
+    path.write_text(text)
+    assert_one_line_error(launch("--hostfile", str(path), *OCI, "--skip-host-check", *MODEL),
+                          str(path), *culprits)
+
+
+def test_np_beyond_slots(tmp_path):
+    assert_one_line_error(launch("--hostfile", node_hostfile(tmp_path, 2), "-np", "17", *OCI,
+                                 "--skip-host-check", *MODEL), "-np 17", "16 slots")
+
+
+def test_placeholder_host_names_the_file_to_edit():
+    # The shipped file itself, even with --skip-host-check.
+    assert_one_line_error(launch("--hostfile", "hostfiles/2node", *OCI, "--skip-host-check", *MODEL),
+                          "hostfiles/2node:1", "gpu-node-01.REPLACE-ME", "placeholder", "edit")
+
+
+def test_unresolvable_host(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text("localhost slots=8\nno-such-host.invalid slots=8\n")
+    assert_one_line_error(launch("--hostfile", str(path), *OCI, *MODEL),
+                          f"{path}:2", "no-such-host.invalid", "does not resolve", "--skip-host-check")
+    # The escape hatch for names that resolve only on the nodes.
+    assert launch("--hostfile", str(path), *OCI, "--skip-host-check", "--dry-run", *MODEL).returncode == 0
+
+
+def test_more_slots_than_the_profile_has_gpus(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text("node-a slots=16\n")
+    assert_one_line_error(launch("--hostfile", str(path), *OCI, "--skip-host-check", *MODEL),
+                          "node-a", "16 slots", "8 GPUs")
+
+
+def test_unknown_profile_lists_the_available_ones():
+    line = assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", "oci-gm4", *MODEL),
+                                 "unknown profile 'oci-gm4'")
+    for name in PROFILES:
+        assert name in line
+
+
+def test_profile_placeholder_must_be_filled():
+    assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", "tcp-only", *MODEL),
+                          "NCCL_SOCKET_IFNAME", "placeholder", "--env NCCL_SOCKET_IFNAME=")
+    _, env = dry_run("--hostfile", "hostfiles/localhost", "--profile", "tcp-only",
+                     "--env", "NCCL_SOCKET_IFNAME=ens3", *MODEL)
+    assert env == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "ens3"}
+
+
+GOOD_PROFILE = "name: p\nversion: 1\ndescription: d\ngpus_per_node: 8\n"
+PROFILE_ERRORS = {
+    "unknown_key": (GOOD_PROFILE + "nccl: {}\n", ["unknown key 'nccl'"]),
+    "unknown_horovod_key": (GOOD_PROFILE + "horovod: {fusion_mb: 64}\n", ["horovod.fusion_mb"]),
+    "wrong_type": (GOOD_PROFILE.replace("8", "eight"), ["gpus_per_node must be int", "str"]),
+    "horovod_type": (GOOD_PROFILE + "horovod: {cycle_time_ms: fast}\n", ["horovod.cycle_time_ms"]),
+    "bool_env": (GOOD_PROFILE + "env: {NCCL_IB_DISABLE: yes}\n", ["env.NCCL_IB_DISABLE"]),
+    "mpi_args_string": (GOOD_PROFILE + "mpi_args: --mca pml ob1\n", ["mpi_args must be list"]),
+    "missing_key": ("name: p\nversion: 1\ndescription: d\n", ["missing key 'gpus_per_node'"]),
+    "not_yaml": (GOOD_PROFILE + "env: [unclosed\n", ["not valid YAML"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROFILE_ERRORS))
+def test_profile_file_errors(case, tmp_path):
+    text, culprits = PROFILE_ERRORS[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(text)
+    assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", str(path), *MODEL),
+                          str(path), *culprits)
+
+
+def test_launcher_flags_that_do_not_fit():
+    assert_one_line_error(launch("--profile", "local-cpu", "--launcher", "mpirun", *MODEL),
+                          "needs --hostfile")
+    assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", "local-cpu"), "no model")
+    # --dry-run after `--` would go to the model while the job really starts.
+    assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", "local-cpu", *MODEL,
+                                 "--dry-run"), "--dry-run belongs before")
+    assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", "local-cpu",
+                                 "--launcher", "mpirun", "--controller", "gloo", *MODEL), "--controller gloo")
+
+
+# --- launcher detection and Horovod start-up inside a rank ----------------------------------------
+
+DETECT = [
+    ({"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1", "HOROVOD_RANK": "1"}, "horovodrun-gloo"),
+    ({"OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_RANK": "3", "PMIX_RANK": "3"}, "mpirun"),
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "32", "PMIX_RANK": "5"}, "srun"),
+    ({"PMI_RANK": "2", "PMI_SIZE": "4"}, "mpiexec"),
+    ({"PMIX_RANK": "0"}, "mpiexec"),
+    ({"SLURM_JOB_ID": "7", "PATH": "/bin"}, "single"),
+    ({}, "single"),
+]
+
+
+@pytest.fixture(scope="module")
+def dist():
+    from suite import dist
+    return dist
+
+
+@pytest.mark.parametrize("env,expected", DETECT)
+def test_detect_launcher(dist, env, expected):
+    assert dist.detect_launcher(env) == expected
+
+
+def test_launcher_size(dist):
+    assert dist.launcher_size({"OMPI_COMM_WORLD_SIZE": "16"}) == 16
+    assert dist.launcher_size({"PMI_SIZE": "4"}) == 4
+    assert dist.launcher_size({"SLURM_NTASKS": "8"}) is None
+
+
+MPI_INIT = [("mpirun", True), ("srun", True), ("mpiexec", True),
+            ("horovodrun-gloo", False), ("single", False)]
+
+
+@pytest.mark.parametrize("launcher,uses_comm", MPI_INIT)
+def test_horovod_joins_mpi_comm_world_under_mpi_launchers(dist, monkeypatch, launcher, uses_comm):
+    """A stand-in mpi4py, so the test process itself never starts MPI."""
+    calls = []
+    world = object()
+    fake_mpi = types.SimpleNamespace(COMM_WORLD=world)
+    monkeypatch.setitem(sys.modules, "mpi4py", types.SimpleNamespace(MPI=fake_mpi))
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake_mpi)
+    monkeypatch.setattr(dist.hvd, "init", lambda **kwargs: calls.append(kwargs))
+    dist._start_horovod(launcher)
+    assert calls == ([{"comm": world}] if uses_comm else [{}])
+
+
+WORKER = """
+import json, sys
+from suite import dist
+world = dist.initialize()
+mpi = sys.modules.get("mpi4py.MPI")  # loaded by initialize() under MPI launchers only
+print("WORLD " + json.dumps({"rank": world.rank, "size": world.size, "local_rank": world.local_rank,
+                             "launcher": world.launcher, "controller": world.controller,
+                             "comm_world_size": mpi.COMM_WORLD.Get_size() if mpi else None}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher_args,seen", [(["--launcher", "mpirun"], ("mpirun", "mpi")),
+                                                (["--controller", "gloo"], ("horovodrun-gloo", "gloo"))])
+def test_ranks_start_horovod_on_the_right_communicator(tmp_path, launcher_args, seen):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    result = launch("--hostfile", "hostfiles/localhost", "-np", "2", "--profile", "local-cpu", *launcher_args,
+                    "--", str(script), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    worlds = sorted((json.loads(line.split("WORLD ", 1)[1]) for line in result.stdout.splitlines()
+                     if "WORLD " in line), key=lambda w: w["rank"])
+    assert [w["rank"] for w in worlds] == [0, 1] and {w["size"] for w in worlds} == {2}
+    assert [w["local_rank"] for w in worlds] == [0, 1]
+    assert {(w["launcher"], w["controller"]) for w in worlds} == {seen}
+    # Under MPI, Horovod joined mpi4py's COMM_WORLD; under Gloo, mpi4py stays out of the way.
+    assert {w["comm_world_size"] for w in worlds} == ({2} if seen[1] == "mpi" else {None})
+
+
+# --- a real run -----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_real_two_process_run_through_the_launcher(small_data, tmp_path):
+    run_dir = tmp_path / "run"
+    result = launch("--hostfile", "hostfiles/localhost", "-np", "2", "--profile", "local-cpu",
+                    "--record", str(run_dir), "--", "models.resnet50", *TINY, "--set", "seed=3",
+                    "--data-dir", small_data, "--run-dir", str(run_dir), timeout=420)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = read_json(run_dir / "summary.json")
+    assert summary["world_size"] == 2 and summary["weights_in_sync"]
+    env = read_json(run_dir / "env.json")
+    # horovodrun without --gloo runs Horovod's MPI controller through mpirun.
+    assert (env["launcher"], env["controller"]) == ("mpirun", "mpi")
+    record = read_json(run_dir / "launch.json")
+    assert record["exit_code"] == 0 and record["np"] == 2 and record["profile"]["name"] == "local-cpu"
+    assert record["command"][:5] == ["horovodrun", "-np", "2", "-H", "localhost:2"]
