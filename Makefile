@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DEMO := runs/demo
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test lint clean
+.PHONY: setup setup-tf2.15 demo test test-tf2.15 lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -26,8 +26,20 @@ demo: setup
 lint: setup
 	$(PY) -m flake8 suite models tests
 
+# The whole suite on the pinned TensorFlow 2.18, then the TensorFlow 2.15 compatibility subset.
 test: setup lint
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
+	@$(MAKE) --no-print-directory test-tf2.15
+
+# TensorFlow 2.15 (NGC-era Keras 2, no tf-keras): unit tests and the launchers, in a second
+# cached environment with its own Horovod build.
+setup-tf2.15:
+	@SUITE_REQUIREMENTS=requirements-tf2.15.txt SUITE_ENV_LINK=.venv-tf2.15 bash scripts/setup.sh
+
+test-tf2.15: setup-tf2.15
+	.venv-tf2.15/bin/python -m pytest tests/test_resnet_model.py tests/test_resnet_optim.py \
+		tests/test_resnet_data.py tests/test_config.py tests/test_loop.py \
+		tests/test_launch.py -k "gloo or single"
 
 clean:
 	rm -rf runs .pytest_cache

@@ -5,6 +5,8 @@ import pytest
 
 from conftest import TINY, check_log, read_json, read_log, run, train_cmd
 
+# The Gloo run also compresses its gradients to fp16 for the allreduce.
+EXTRA = {"horovodrun-gloo": ["--set", "fp16_allreduce=true"]}
 LAUNCHERS = {
     "horovodrun-gloo": ("horovodrun", "--gloo"),
     "horovodrun-mpi": ("horovodrun", "--mpi"),
@@ -24,7 +26,7 @@ SEEN_AS = {
 def test_two_process_run_trains_and_keeps_ranks_identical(name, small_data, tmp_path):
     run_dir = tmp_path / "run"
     result = run(train_cmd(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir), "--set", "seed=7",
-                           launcher=LAUNCHERS[name], np=2), timeout=420)
+                           *EXTRA.get(name, []), launcher=LAUNCHERS[name], np=2), timeout=420)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = read_json(run_dir / "summary.json")
     assert summary["world_size"] == 2 and len(summary["ranks"]) == 2

@@ -1,7 +1,12 @@
-"""GPU-path switches that also run on a CPU: mixed precision, XLA and fp16 gradient compression."""
+"""GPU-path switches that also run on a CPU: bf16 mixed precision with XLA, through the entry point.
+
+fp16 loss scaling is tested in process (tests/test_loop.py): TensorFlow's float16 CPU kernels
+take seconds a step even on the tiny preset. fp16 gradient compression rides on the Gloo
+launcher test (tests/test_launch.py).
+"""
 import pytest
 
-from conftest import TINY, check_log, read_json, read_log, run, train_cmd
+from conftest import TINY, check_log, read_json, run, train_cmd
 
 
 def _train_ok(run_dir, *sets, launcher=(), np=1):
@@ -27,15 +32,3 @@ def test_bf16_with_xla_trains_and_logs(data_link):
     assert read_json(run_dir / "config.json")["config"]["xla"] is True
     passed, output = check_log(run_dir / "result_0.txt", "2.1.0")
     assert passed, output
-
-
-@pytest.mark.slow
-def test_fp16_loss_scaling_with_fp16_allreduce_on_two_ranks(data_link):
-    run_dir = data_link / "run"
-    result = _train_ok(run_dir, "precision=fp16", "fp16_allreduce=true", launcher=("horovodrun",), np=2)
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = read_json(run_dir / "summary.json")
-    assert summary["weights_in_sync"], summary["ranks"]
-    losses = [line for line in result.stdout.splitlines() if "loss" in line]
-    assert losses and "nan" not in " ".join(losses)
-    assert read_log(run_dir / "result_0.txt")[-1]["key"] == "run_stop"

@@ -1,0 +1,129 @@
+"""The training loop's pieces on a tiny Keras model, in process (Horovod with one rank)."""
+import numpy as np
+import pytest
+
+import suite  # noqa: F401
+
+import tensorflow as tf
+
+from models.resnet50.optim import LARS
+from suite import dist, loop
+from suite.workload import Block, Division, Job
+
+
+@pytest.fixture(scope="module")
+def world():
+    return dist.initialize()
+
+
+def tiny_job(optimizer, features=8, classes=3, blocks=(), target=1.1, eval_batches=None):
+    tf.keras.utils.set_random_seed(0)
+    inputs = tf.keras.Input((features,))
+    hidden = tf.keras.layers.Dense(16, activation="relu")(inputs)
+    hidden = tf.keras.layers.BatchNormalization()(hidden)
+    logits = tf.keras.layers.Activation("linear", dtype="float32")(tf.keras.layers.Dense(classes)(hidden))
+    model = tf.keras.Model(inputs, logits)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, features)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32") + (x[:, 1] > 1).astype("int32")
+    train = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+    eval_data = eval_batches or (lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(10))
+
+    def loss_fn(model, features, labels):
+        logits = model(features, training=True)
+        losses = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        return tf.reduce_mean(losses)
+
+    def eval_fn(model, features, labels):
+        predicted = tf.argmax(model(features, training=False), axis=-1, output_type=tf.int32)
+        return tf.reduce_sum(tf.cast(predicted == labels, tf.float32)), tf.cast(tf.size(labels), tf.float32)
+
+    return Job(benchmark="test", model=model, optimizer=optimizer, train_data=train, eval_data=eval_data,
+               loss_fn=loss_fn, eval_fn=eval_fn, blocks=list(blocks), target_accuracy=target,
+               global_batch_size=16, local_batch_size=16, train_samples=64, eval_samples=64,
+               division=Division("open"), hyperparameters={}, tensor_names=[])
+
+
+def test_fp16_loss_scaling_step_trains_and_skips_overflowing_steps(world):
+    previous = tf.keras.mixed_precision.global_policy()
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(LARS(0.5, weight_decay=1e-4))
+        job = tiny_job(optimizer)
+        step = loop.make_train_step(job)
+        batches = iter(job.train_data)
+        losses = [float(step(*next(batches))) for _ in range(30)]
+        assert losses[-1] < losses[0]
+        # An overflowing loss must leave the weights alone and halve the loss scale.
+        before = [v.numpy().copy() for v in job.model.trainable_variables]
+        scale = float(optimizer.loss_scale)
+        features, labels = next(batches)
+        step(features * np.float32(1e30), labels)
+        assert float(optimizer.loss_scale) == scale / 2
+        for old, new in zip(before, job.model.trainable_variables):
+            np.testing.assert_array_equal(old, new.numpy())
+    finally:
+        tf.keras.mixed_precision.set_global_policy(previous)
+
+
+def test_evaluate_counts_every_sample_including_a_short_last_batch(world):
+    job = tiny_job(tf.keras.optimizers.SGD(0.1))
+    accuracy, count = loop.evaluate(job, loop.make_eval_step(job), name="eval_test")
+    assert count == 64  # batches of 10: six full and one of 4
+    x, y = next(iter(job.eval_data().unbatch().batch(64)))
+    expected = np.mean(np.argmax(job.model(x, training=False).numpy(), axis=-1) == y.numpy())
+    assert accuracy == pytest.approx(expected)
+
+
+def test_empty_evaluation_set_is_an_error(world):
+    job = tiny_job(tf.keras.optimizers.SGD(0.1),
+                   eval_batches=lambda: tf.data.Dataset.from_tensor_slices(
+                       (np.zeros((0, 8), "float32"), np.zeros(0, "int32"))).batch(4))
+    with pytest.raises(ValueError, match="evaluation set is empty"):
+        loop.evaluate(job, loop.make_eval_step(job), name="eval_empty")
+
+
+class RecordingLog:
+    def __init__(self):
+        self.events = []
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self.events.append((name, args))
+
+
+def test_train_stops_at_the_target_and_logs_blocks_in_order(world):
+    blocks = [Block(first_epoch_num=e, epoch_count=1, eval_epoch_num=e, steps=4, epochs=((e, 4),))
+              for e in (1, 2, 3, 4, 5, 6)]
+    job = tiny_job(tf.keras.optimizers.SGD(0.2, momentum=0.9), blocks=blocks, target=0.6)
+    log = RecordingLog()
+    config = type("C", (), {"fp16_allreduce": False, "xla": False, "log_every": 2})()
+    outcome = loop.train(job, world, log, config, say=lambda message: None)
+    names = [name for name, _ in log.events]
+    assert names[:4] == ["end", "start", "block_start", "epoch_start"]
+    assert names.count("run_stop") == 1
+    assert outcome.status == "success" and outcome.accuracy >= 0.6
+    assert outcome.steps == 4 * len(outcome.evals) < 24  # stopped before the budget
+    assert outcome.timing["steps_timed"] > 0 and outcome.timing["samples_per_second"] > 0
+
+
+def test_train_runs_the_whole_budget_when_the_target_is_out_of_reach(world):
+    blocks = [Block(first_epoch_num=1, epoch_count=2, eval_epoch_num=2, steps=6, epochs=((1, 3), (2, 3)))]
+    job = tiny_job(tf.keras.optimizers.SGD(0.1), blocks=blocks, target=1.1)
+    log = RecordingLog()
+    config = type("C", (), {"fp16_allreduce": True, "xla": False, "log_every": 50})()
+    outcome = loop.train(job, world, log, config, say=lambda message: None)
+    assert outcome.status == "aborted" and outcome.steps == 6
+    assert [args for name, args in log.events if name == "run_stop"] == [("aborted",)]
+    assert [args[0] for name, args in log.events if name == "epoch_start"] == [1, 2]
+
+
+def test_step_timer_leaves_out_the_first_interval():
+    timer = loop.StepTimer(every=2, samples_per_step=10)
+    timer.intervals = [{"steps": 2, "seconds": 10.0, "data_wait": 0.0},
+                       {"steps": 2, "seconds": 1.0, "data_wait": 0.5},
+                       {"steps": 2, "seconds": 3.0, "data_wait": 0.0}]
+    summary = timer.summary()
+    assert summary["steps_timed"] == 4
+    assert summary["samples_per_second"] == pytest.approx(40 / 4.0)
+    assert summary["step_ms_max"] == pytest.approx(1500.0)
+    assert summary["data_wait_fraction"] == pytest.approx(0.5 / 4.0)
