@@ -131,15 +131,33 @@ def _abort(spec, state, err):
     elif isinstance(err, KeyboardInterrupt):
         print(f"rank {rank}: interrupted", file=sys.stderr, flush=True)
     else:
+        if _is_unexpected(state.job, err):
+            message += _save_traceback(state.run_dir, rank, err)
         print(f"error (rank {rank}): {message}", file=sys.stderr, flush=True)
-        if not isinstance(err, USER_ERRORS) and os.environ.get("SUITE_TRACEBACK"):
-            raise err
     if world is not None:
         dist.shutdown()
         if not world.is_root and not caused_elsewhere:
             # Give rank 0 time to write run_stop before the launcher tears the job down.
             time.sleep(PEER_GRACE_SECONDS if state.started else 3)
     return 1
+
+
+def _is_unexpected(job, err):
+    """A bug rather than bad input: neither a user error nor one the workload can explain."""
+    explained = job is not None and job.describe_error is not None and job.describe_error(err)
+    return not isinstance(err, USER_ERRORS) and not explained
+
+
+def _save_traceback(run_dir, rank, err):
+    """Keeps the full traceback of an unexpected error beside the log; returns a pointer to it."""
+    text = "".join(traceback.format_exception(err))
+    if run_dir and os.path.isdir(run_dir):
+        path = os.path.join(run_dir, f"traceback-rank{rank}.txt")
+        with open(path, "w") as handle:
+            handle.write(text)
+        return f" (traceback: {path})"
+    print(text, file=sys.stderr, flush=True)
+    return ""
 
 
 def _stop_input_threads(err):

@@ -1,0 +1,42 @@
+"""The error path of a run: one line for the user, the traceback kept for a bug, the log closed."""
+import json
+
+from suite import session
+from suite.mlperf import MLPerfLog
+
+
+def _state(tmp_path, started):
+    state = session._Run()
+    state.run_dir = str(tmp_path)
+    state.log = MLPerfLog(str(tmp_path / "result_0.txt"), enabled=True)
+    state.log.start("run_start")
+    state.started = started
+    return state
+
+
+def _raise(err):
+    try:
+        raise err
+    except type(err) as caught:
+        return caught
+
+
+def test_a_bug_keeps_its_traceback_beside_the_log(tmp_path, capsys):
+    state = _state(tmp_path, started=True)
+    assert session._abort(None, state, _raise(RuntimeError("unexpected state"))) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error (rank 0): RuntimeError: unexpected state (traceback: ")
+    saved = (tmp_path / "traceback-rank0.txt").read_text()
+    assert "Traceback (most recent call last)" in saved and "_raise" in saved
+    last = json.loads((tmp_path / "result_0.txt").read_text().splitlines()[-1].split(":::MLLOG ")[1])
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted"
+
+
+def test_bad_input_is_one_line_without_a_traceback_file(tmp_path, capsys):
+    state = _state(tmp_path, started=False)
+    session._abort(None, state, _raise(ValueError("global_batch_size 33 is not divisible by 2 ranks")))
+    err = capsys.readouterr().err
+    assert err.strip() == "error (rank 0): ValueError: global_batch_size 33 is not divisible by 2 ranks"
+    assert not list(tmp_path.glob("traceback-*"))
+    # Not started: no run_stop is written.
+    assert "run_stop" not in (tmp_path / "result_0.txt").read_text()
