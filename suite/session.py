@@ -13,9 +13,9 @@ from suite.loop import train
 from suite.mlperf import ABORTED, MLPerfLog
 from suite.runner import draw_seed, run_stamp
 
-# Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts):
-# reported in one line, without a traceback.
-USER_ERRORS = (ValueError, OSError, rundir.RunDirError, dist.LaunchError)
+# Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts, a
+# missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.
+USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError)
 
 # How long a failed non-root rank stays up once training has started. Rank 0 learns of the
 # failure only at its next collective, and the first step may still be tracing or compiling
