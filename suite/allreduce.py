@@ -344,6 +344,7 @@ def format_row(row):
 
 
 def format_table(rows):
+    """The printed table again, from JSON rows (for reports)."""
     return "\n".join([TABLE_HEAD, *map(format_row, rows)])
 
 
@@ -408,7 +409,7 @@ def _plan(args, world):
     """Message sizes and output checks, decided once on rank 0."""
     max_bytes = args.max_bytes or max(args.min_bytes, DEFAULT_MAX[world.device])
     sizes = message_sizes(args.min_bytes, max_bytes, args.factor)
-    error = _output_problem(args.json) or _memory_problem(world, sizes[-1], args.dtype)
+    error = _output_problem(args.json) or _memory_problem(world, sizes[-1])
     return {"sizes": sizes, "error": error}
 
 
@@ -425,7 +426,7 @@ def _output_problem(path):
     return None
 
 
-def _memory_problem(world, max_bytes, dtype):
+def _memory_problem(world, max_bytes):
     """On CPU every local rank holds its buffers in host memory; refuse a size that cannot fit."""
     if world.device != "cpu":
         return None

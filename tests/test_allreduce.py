@@ -56,6 +56,8 @@ def assert_consistent(data, world_size, sizes=(4 << 10, 4 << 20)):
     assert data["hosts_count"] == 1 and len(data["hosts"]) == 1
     assert data["peak_busbw_gbps"] == max(row["busbw_gbps"] for row in rows)
     assert data["nccl_built"] is False  # the CPU build of this machine
+    table = ar.format_table(rows).splitlines()
+    assert len(table) == len(rows) + 1 and table[-1].split()[:2] == [ar.format_size(got[-1]), str(got[-1])]
 
 
 # ---- in-process: sizes, formulas, the result check, the warning ----
