@@ -107,8 +107,11 @@ def initialize():
     else:
         # Share the host's cores between the local ranks instead of each rank taking them all.
         threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+        except RuntimeError:
+            pass  # TensorFlow already ran ops in this process (a caller's choice); keep its pools
         device = "cpu"
     return World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                  local_size=hvd.local_size(), cross_size=hvd.cross_size(),

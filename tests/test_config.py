@@ -19,7 +19,7 @@ def test_precedence_is_preset_then_file_then_flags_then_set(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"epochs": 9, "base_lr": 3.0, "data_dir": "/from-file"}))
     config = make(config_file=str(path), sets=["base_lr=4.5"], extra={"data_dir": "/from-flag"})
-    assert config.epochs == 9            # file over preset (6)
+    assert config.epochs == 9            # file over preset (8)
     assert config.base_lr == 4.5         # --set over file
     assert config.data_dir == "/from-flag"
     assert config.global_batch_size == 32  # preset over class default (3264)

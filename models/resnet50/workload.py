@@ -90,9 +90,10 @@ PRESETS = {
     "tiny_cpu": Preset(
         "2 CPU processes", "2 ranks x 16 = 32",
         dict(global_batch_size=32, image_size=64, num_classes=4, base_lr=2.0, warmup_epochs=1.0,
-             weight_decay=1e-4, epochs=6, epochs_between_evals=2, eval_offset=2, target_accuracy=0.9,
-             log_every=4, clear_cache=False),
-        "Open division: the learnable generated dataset (4 classes, 64 px) of `make demo`."),
+             weight_decay=1e-4, epochs=8, epochs_between_evals=1, eval_offset=1, target_accuracy=0.9,
+             log_every=5, clear_cache=False),
+        "Open division: the learnable generated dataset (4 classes, 64 px) of `make demo`; "
+        "evaluates every epoch and usually reaches 0.9 at epoch 6 or 7 of 8."),
     "closed_path_cpu": Preset(
         "2 CPU processes", "2 ranks x 2 = 4",
         dict(global_batch_size=4, epochs=1, eval_offset=1, warmup_epochs=0.5, log_every=1, clear_cache=False),
