@@ -114,34 +114,22 @@ def bandwidths(nbytes, seconds, world_size):
     return algbw, algbw * bus_factor(world_size)
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not positive")
-    return value
+def _checked(kind, noun, accept, complaint):
+    """An argparse type: parse with `kind`, then keep only values `accept` allows."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {noun} {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"{text} {complaint}")
+        return value
+    return parse
 
 
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
+_positive_int = _checked(int, "integer", lambda v: v > 0, "is not positive")
+_non_negative_int = _checked(int, "integer", lambda v: v >= 0, "is negative")
+_positive_float = _checked(float, "number", lambda v: math.isfinite(v) and v > 0, "is not a positive number")
 
 
 def build_parser():
