@@ -210,7 +210,10 @@ def _clear_page_cache():
 
 
 def _say(message):
-    print(message, flush=True)
+    # One write per line: print() writes the text and the newline separately, and mpirun's
+    # --tag-output (used by horovodrun) then tags the lone newline as a line of its own.
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
 
 
 def _silent(message):
