@@ -127,13 +127,13 @@ def _abort(spec, state, err):
         state.log.close()
     _stop_input_threads(err)
     if caused_elsewhere:
-        print(f"rank {rank}: stopped because another rank failed", file=sys.stderr, flush=True)
+        _write(sys.stderr, f"rank {rank}: stopped because another rank failed")
     elif isinstance(err, KeyboardInterrupt):
-        print(f"rank {rank}: interrupted", file=sys.stderr, flush=True)
+        _write(sys.stderr, f"rank {rank}: interrupted")
     else:
         if _is_unexpected(state.job, err):
             message += _save_traceback(state.run_dir, rank, err)
-        print(f"error (rank {rank}): {message}", file=sys.stderr, flush=True)
+        _write(sys.stderr, f"error (rank {rank}): {message}")
     if world is not None:
         dist.shutdown()
         if not world.is_root and not caused_elsewhere:
@@ -156,7 +156,7 @@ def _save_traceback(run_dir, rank, err):
         with open(path, "w") as handle:
             handle.write(text)
         return f" (traceback: {path})"
-    print(text, file=sys.stderr, flush=True)
+    _write(sys.stderr, text.rstrip("\n"))
     return ""
 
 
@@ -209,11 +209,15 @@ def _clear_page_cache():
         return False
 
 
-def _say(message):
+def _write(stream, line):
     # One write per line: print() writes the text and the newline separately, and mpirun's
     # --tag-output (used by horovodrun) then tags the lone newline as a line of its own.
-    sys.stdout.write(message + "\n")
-    sys.stdout.flush()
+    stream.write(line + "\n")
+    stream.flush()
+
+
+def _say(message):
+    _write(sys.stdout, message)
 
 
 def _silent(message):
