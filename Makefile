@@ -38,8 +38,8 @@ setup-tf2.15:
 
 test-tf2.15: setup-tf2.15
 	.venv-tf2.15/bin/python -m pytest tests/test_resnet_model.py tests/test_resnet_optim.py \
-		tests/test_resnet_data.py tests/test_config.py tests/test_loop.py \
-		tests/test_launch.py -k "gloo or single"
+		tests/test_resnet_data.py tests/test_config.py tests/test_loop.py tests/test_session.py
+	.venv-tf2.15/bin/python -m pytest tests/test_launch.py -k "gloo or single"
 
 clean:
 	rm -rf runs .pytest_cache
