@@ -96,13 +96,7 @@ def initialize():
     _check_size(launcher)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        if hvd.local_size() > len(gpus):
-            raise LaunchError(f"host {socket.gethostname()} runs {hvd.local_size()} ranks but has "
-                              f"{len(gpus)} GPUs; lower -np or the hostfile's slots")
-        for gpu in gpus:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        # Horovod: pin one GPU per process, chosen by the local rank.
-        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+        _pin_gpu(gpus)
         device = "gpu"
     else:
         # Share the host's cores between the local ranks instead of each rank taking them all.
@@ -117,6 +111,23 @@ def initialize():
                  local_size=hvd.local_size(), cross_size=hvd.cross_size(),
                  host=socket.gethostname(), launcher=launcher,
                  controller="gloo" if hvd.gloo_enabled() else "mpi", device=device)
+
+
+def _pin_gpu(gpus):
+    """One GPU per process, chosen by the local rank."""
+    if len(gpus) == 1:
+        # The launcher bound one GPU to this process already (Slurm --gpus-per-task, a
+        # per-rank CUDA_VISIBLE_DEVICES), so the local rank no longer indexes the host's GPUs.
+        chosen = gpus[0]
+    elif hvd.local_size() > len(gpus):
+        raise LaunchError(f"host {socket.gethostname()} runs {hvd.local_size()} ranks but has "
+                          f"{len(gpus)} GPUs; lower -np or the hostfile's slots")
+    else:
+        chosen = gpus[hvd.local_rank()]
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    # Horovod: pin one GPU per process, chosen by the local rank.
+    tf.config.set_visible_devices(chosen, "GPU")
 
 
 def distributed_tape(tape, fp16_allreduce=False):
