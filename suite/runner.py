@@ -2,9 +2,7 @@
 import argparse
 import json
 import os
-import random
 import sys
-import time
 
 from suite.config import ConfigError, describe_fields, resolve, to_dict
 
@@ -65,11 +63,3 @@ def _fail(rank, err, code):
     if rank == 0:
         print(f"error: {err}", file=sys.stderr, flush=True)
     return code
-
-
-def draw_seed():
-    return random.SystemRandom().randrange(1, 2**31 - 1)
-
-
-def run_stamp():
-    return time.strftime("%Y%m%d-%H%M%S")

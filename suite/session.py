@@ -1,6 +1,7 @@
 """One run of one benchmark on this job: Horovod up, MLPerf log, workload built, loop, records written."""
 import gc
 import os
+import random
 import sys
 import time
 import traceback
@@ -11,7 +12,6 @@ from suite import dist, rundir
 from suite.config import to_dict
 from suite.loop import train
 from suite.mlperf import ABORTED, MLPerfLog
-from suite.runner import draw_seed, run_stamp
 
 # Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts, a
 # missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.
@@ -49,7 +49,7 @@ def _run(spec, config, preset, run_dir, state):
     state.world = world = dist.initialize()
     say = _say if world.is_root else _silent
     seed = config.seed if config.seed >= 0 else dist.broadcast_value(draw_seed(), "seed")
-    state.run_dir = run_dir = dist.broadcast_value(run_dir or rundir.default_run_dir(preset, run_stamp()),
+    state.run_dir = run_dir = dist.broadcast_value(run_dir or rundir.default_run_dir(preset),
                                                    "run_dir")
     log_path = _on_root(world, lambda: rundir.prepare(run_dir), "run_dir_ready")
     state.log = log = MLPerfLog(log_path, enabled=world.is_root)
@@ -178,6 +178,10 @@ def _one_line(job, err):
         return described
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def draw_seed():
+    return random.SystemRandom().randrange(1, 2**31 - 1)
 
 
 def _on_root(world, fn, name):
