@@ -40,6 +40,11 @@ class CommonConfig:
     submission_status: str = "onprem"
     clear_cache: bool = True
     """Try to drop the OS page cache before the run (MLPerf asks for a cold cache)."""
+    save_checkpoints: bool = False
+    """Save model, optimizer and step after every evaluation in <run-dir>/checkpoints (last 2 kept)."""
+    resume_from: str = ""
+    """A checkpoint saved by save_checkpoints (its directory or prefix): training goes on after the
+    evaluation it was saved at. Every rank reads it, so multi-node jobs need it on a shared file system."""
 
     def problems(self):
         """Returns one-line descriptions of invalid settings (an empty list when valid)."""

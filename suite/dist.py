@@ -132,9 +132,20 @@ def _pin_gpu(gpus):
 
 def distributed_tape(tape, fp16_allreduce=False):
     """Wraps a GradientTape so gradient() returns gradients averaged over all ranks."""
-    compression = hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none
-    # Horovod: average gradients across ranks with a (fused) allreduce.
-    return hvd.DistributedGradientTape(tape, compression=compression)
+    # Horovod: average gradients across ranks with a (fused) allreduce. Embedding lookups give
+    # sparse gradients, which Horovod would allgather; as dense they join the fused allreduce.
+    return hvd.DistributedGradientTape(tape, compression=_compression(fp16_allreduce), sparse_as_dense=True)
+
+
+def allreduce_gradients(gradients, fp16_allreduce=False):
+    """Averages a list of dense gradients over all ranks (used after local gradient accumulation)."""
+    # Horovod: one grouped (fused) allreduce for every gradient, as DistributedGradientTape does.
+    return hvd.grouped_allreduce(list(gradients), op=hvd.Average, compression=_compression(fp16_allreduce),
+                                 name="accumulated_gradients")
+
+
+def _compression(fp16_allreduce):
+    return hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none
 
 
 def optimizer_variables(optimizer):

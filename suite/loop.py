@@ -1,5 +1,6 @@
 """The training loop: blocks of epochs, the one train step, exact evaluation, stop at the target."""
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -9,13 +10,20 @@ import numpy as np
 import tensorflow as tf
 
 from suite import dist
+from suite.checkpoints import TrainingCheckpoints, blocks_after
 from suite.mlperf import ABORTED, SUCCESS
 
 
 def make_train_step(job, fp16_allreduce=False, xla=False):
-    """Returns step(features, labels) -> loss: one synchronous data-parallel update."""
+    """Returns step(features, labels) -> loss: one synchronous data-parallel update.
+
+    With job.accumulation_steps = k > 1 the per-rank batch is split into k micro-batches whose
+    gradients are summed locally; one allreduce then averages them over ranks, and the optimizer
+    takes one step for the whole global batch.
+    """
     model, optimizer = job.model, job.optimizer
     scales_loss = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+    micro_batches = job.accumulation_steps
 
     def compute_loss(features, labels):
         return job.loss_fn(model, features, labels)
@@ -24,19 +32,47 @@ def make_train_step(job, fp16_allreduce=False, xla=False):
     # Horovod's ops are not XLA kernels on every build.
     forward = tf.function(compute_loss, jit_compile=True) if xla else compute_loss
 
-    @tf.function
-    def step(features, labels):
+    def scaled_loss_and_tape(features, labels):
         with tf.GradientTape() as tape:
             loss = forward(features, labels)
             scaled = optimizer.get_scaled_loss(loss) if scales_loss else loss
-        tape = dist.distributed_tape(tape, fp16_allreduce)
-        grads = tape.gradient(scaled, model.trainable_variables)
+        return loss, scaled, tape
+
+    def apply(grads):
         if scales_loss:
             grads = optimizer.get_unscaled_gradients(grads)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    @tf.function
+    def step(features, labels):
+        loss, scaled, tape = scaled_loss_and_tape(features, labels)
+        tape = dist.distributed_tape(tape, fp16_allreduce)
+        apply(tape.gradient(scaled, model.trainable_variables))
         return loss
 
-    return step
+    @tf.function
+    def accumulating_step(features, labels):
+        split = tf.nest.map_structure(
+            lambda t: tf.reshape(t, [micro_batches, -1, *t.shape[1:]]), (features, labels))
+        sums = [tf.zeros_like(v) for v in model.trainable_variables]
+        loss_sum = tf.constant(0.0)
+        for index in tf.range(micro_batches):
+            micro_features, micro_labels = tf.nest.map_structure(lambda t: t[index], split)
+            loss, scaled, tape = scaled_loss_and_tape(micro_features, micro_labels)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            sums = [total + tf.convert_to_tensor(grad) for total, grad in zip(sums, grads)]
+            loss_sum += tf.cast(loss, tf.float32)
+        grads = dist.allreduce_gradients([total / micro_batches for total in sums], fp16_allreduce)
+        apply(grads)
+        return loss_sum / micro_batches
+
+    return accumulating_step if micro_batches > 1 else step
+
+
+def set_precision_policy(precision):
+    """Keras global dtype policy for fp32, fp16 (mixed_float16) or bf16 (mixed_bfloat16)."""
+    policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[precision]
+    tf.keras.mixed_precision.set_global_policy(policy)
 
 
 def make_eval_step(job):
@@ -136,7 +172,7 @@ class RunOutcome:
     timing: dict
 
 
-def train(job, world, log, config, say=print):
+def train(job, world, log, config, say=print, run_dir=None):
     """Runs the blocks until the target is reached or the budget is spent.
 
     Logs init_stop and run_start itself, so everything before this call is untimed init.
@@ -145,6 +181,12 @@ def train(job, world, log, config, say=print):
     train_step = make_train_step(job, fp16_allreduce=config.fp16_allreduce, xla=config.xla)
     eval_step = make_eval_step(job)
     timer = StepTimer(every=config.log_every, samples_per_step=job.local_batch_size)
+    checkpoints = TrainingCheckpoints(job.model, job.optimizer,
+                                      os.path.join(run_dir, "checkpoints") if run_dir else None)
+    step = checkpoints.restore(config.resume_from) if config.resume_from else 0
+    blocks = blocks_after(job.blocks, step)
+    if step:
+        say(f"resumed from {config.resume_from} after {step} steps; {len(blocks)} block(s) to go")
     iterator = iter(job.train_data)
     # Tracing the step builds the graph without touching data or weights: initialisation,
     # which MLPerf lets happen before run_start. (XLA still compiles at the first call.)
@@ -153,9 +195,9 @@ def train(job, world, log, config, say=print):
     log.end("init_stop")
     log.start("run_start")
     run_started = time.perf_counter()
-    step, evals, accuracy, status = 0, [], float("nan"), ABORTED
+    evals, accuracy, status, loss, synced = [], float("nan"), ABORTED, None, False
     timer.begin()
-    for block in job.blocks:
+    for block in blocks:
         log.block_start(block.first_epoch_num, block.epoch_count)
         for epoch_num, epoch_steps in block.epochs or ((None, block.steps),):
             if epoch_num is not None:
@@ -165,11 +207,12 @@ def train(job, world, log, config, say=print):
                 features, labels = next(iterator)
                 timer.add_wait(time.perf_counter() - fetched)
                 loss = train_step(features, labels)
-                if step == 0:
+                if not synced:
                     # Horovod: start every rank from rank 0's state, once the optimizer's slots
                     # exist. Done eagerly rather than behind a flag in the step, which would
                     # trace the whole step twice.
                     dist.broadcast_state(job.model, job.optimizer)
+                    synced = True
                 step += 1
                 interval = timer.tick(loss)
                 if interval:
@@ -185,10 +228,14 @@ def train(job, world, log, config, say=print):
                       "step": step})
         say(f"eval at epoch_num {block.eval_epoch_num}: accuracy {accuracy:.4f} over {counted} samples "
             f"(target {job.target_accuracy})")
+        if config.save_checkpoints and world.is_root:
+            say(f"checkpoint: {checkpoints.save(step)}")
         timer.begin()  # evaluation time is not training time
         if accuracy >= job.target_accuracy:
             status = SUCCESS
             break
+    if job.log_samples_trained:
+        log.event("train_samples", step * job.global_batch_size)
     log.run_stop(status)
     return RunOutcome(status=status, accuracy=accuracy, weights_digest=weights_digest(job.model),
                       evals=evals, steps=step,

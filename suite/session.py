@@ -77,7 +77,7 @@ def _run(spec, config, preset, run_dir, state):
         say(f"open division: {'; '.join(job.division.reasons)}")
 
     state.started = True
-    outcome = train(job, world, log, config, say=say)
+    outcome = train(job, world, log, config, say=say, run_dir=run_dir)
     per_rank = dist.allgather_object({**outcome.timing, "host": world.host,
                                       "weights_digest": outcome.weights_digest}, "per_rank")
     if world.is_root:

@@ -56,6 +56,10 @@ class Job:
     hyperparameters: Mapping[str, object]
     tensor_names: Sequence[str]
     learning_rate: Callable[[int], float] = None
+    accumulation_steps: int = 1
+    """Micro-batches per optimizer step on each rank; local_batch_size must divide by it."""
+    log_samples_trained: bool = False
+    """Log `train_samples` at the end as the samples actually trained (BERT's convergence unit)."""
     describe_error: Callable[[BaseException], str] = None
     details: dict = field(default_factory=dict)
 
@@ -73,3 +77,14 @@ class WorkloadSpec:
     presets: Mapping[str, object]
     default_preset: str
     build_job: Callable
+
+
+def local_batch_size(global_batch_size, world_size, accumulation_steps=1):
+    """Per-rank batch for one optimizer step; refuses batches that do not split evenly."""
+    if global_batch_size % world_size:
+        raise ValueError(f"global_batch_size {global_batch_size} is not divisible by {world_size} ranks")
+    local = global_batch_size // world_size
+    if local % accumulation_steps:
+        raise ValueError(f"the per-rank batch {local} (global_batch_size {global_batch_size} / {world_size} "
+                         f"ranks) is not divisible by accumulation_steps {accumulation_steps}")
+    return local

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from models.resnet50.workload import PRESETS, ResNetConfig, division, local_batch, plan_blocks
+from models.resnet50.workload import PRESETS, ResNetConfig, division, plan_blocks
+from suite.workload import local_batch_size
 from suite.config import ConfigError, resolve
 
 
@@ -66,12 +67,17 @@ def test_closed_presets_batch_arithmetic_adds_up():
         gpus, per_gpu, total = map(int, found.groups())
         assert gpus * per_gpu == total == preset.overrides["global_batch_size"], name
         config = make(name)
-        assert local_batch(config, SimpleNamespace(size=gpus)) == per_gpu
+        assert local_batch_size(config.global_batch_size, gpus) == per_gpu
 
 
 def test_batch_not_divisible_by_ranks_is_rejected():
     with pytest.raises(ValueError, match="global_batch_size 3264 is not divisible by 5 ranks"):
-        local_batch(make("closed_8xA100_gbs3264"), SimpleNamespace(size=5))
+        local_batch_size(make("closed_8xA100_gbs3264").global_batch_size, 5)
+
+
+def test_batch_not_divisible_by_accumulation_is_rejected():
+    with pytest.raises(ValueError, match="per-rank batch 56 .* not divisible by accumulation_steps 3"):
+        local_batch_size(448, 8, accumulation_steps=3)
 
 
 def test_closed_8gpu_plan_evaluates_at_3_7_to_35_then_at_the_budget():

@@ -1,4 +1,6 @@
 """The training loop's pieces on a tiny Keras model, in process (Horovod with one rank)."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ import tensorflow as tf
 
 from models.resnet50.optim import LARS
 from suite import dist, loop
+from suite.checkpoints import blocks_after
 from suite.workload import Block, Division, Job
 
 
@@ -16,11 +19,13 @@ def world():
     return dist.initialize()
 
 
-def tiny_job(optimizer, features=8, classes=3, blocks=(), target=1.1, eval_batches=None):
+def tiny_job(optimizer, features=8, classes=3, blocks=(), target=1.1, eval_batches=None, batch_norm=True,
+             accumulation_steps=1):
     tf.keras.utils.set_random_seed(0)
     inputs = tf.keras.Input((features,))
     hidden = tf.keras.layers.Dense(16, activation="relu")(inputs)
-    hidden = tf.keras.layers.BatchNormalization()(hidden)
+    if batch_norm:
+        hidden = tf.keras.layers.BatchNormalization()(hidden)
     logits = tf.keras.layers.Activation("linear", dtype="float32")(tf.keras.layers.Dense(classes)(hidden))
     model = tf.keras.Model(inputs, logits)
     rng = np.random.default_rng(0)
@@ -41,7 +46,13 @@ def tiny_job(optimizer, features=8, classes=3, blocks=(), target=1.1, eval_batch
     return Job(benchmark="test", model=model, optimizer=optimizer, train_data=train, eval_data=eval_data,
                loss_fn=loss_fn, eval_fn=eval_fn, blocks=list(blocks), target_accuracy=target,
                global_batch_size=16, local_batch_size=16, train_samples=64, eval_samples=64,
-               division=Division("open"), hyperparameters={}, tensor_names=[])
+               division=Division("open"), hyperparameters={}, tensor_names=[],
+               accumulation_steps=accumulation_steps)
+
+
+def loop_config(**overrides):
+    settings = dict(fp16_allreduce=False, xla=False, log_every=2, save_checkpoints=False, resume_from="")
+    return SimpleNamespace(**{**settings, **overrides})
 
 
 def test_fp16_loss_scaling_step_trains_and_skips_overflowing_steps(world):
@@ -96,7 +107,7 @@ def test_train_stops_at_the_target_and_logs_blocks_in_order(world):
               for e in (1, 2, 3, 4, 5, 6)]
     job = tiny_job(tf.keras.optimizers.SGD(0.2, momentum=0.9), blocks=blocks, target=0.6)
     log = RecordingLog()
-    config = type("C", (), {"fp16_allreduce": False, "xla": False, "log_every": 2})()
+    config = loop_config()
     outcome = loop.train(job, world, log, config, say=lambda message: None)
     names = [name for name, _ in log.events]
     assert names[:4] == ["end", "start", "block_start", "epoch_start"]
@@ -110,7 +121,7 @@ def test_train_runs_the_whole_budget_when_the_target_is_out_of_reach(world):
     blocks = [Block(first_epoch_num=1, epoch_count=2, eval_epoch_num=2, steps=6, epochs=((1, 3), (2, 3)))]
     job = tiny_job(tf.keras.optimizers.SGD(0.1), blocks=blocks, target=1.1)
     log = RecordingLog()
-    config = type("C", (), {"fp16_allreduce": True, "xla": False, "log_every": 50})()
+    config = loop_config(fp16_allreduce=True, log_every=50)
     outcome = loop.train(job, world, log, config, say=lambda message: None)
     assert outcome.status == "aborted" and outcome.steps == 6
     assert [args for name, args in log.events if name == "run_stop"] == [("aborted",)]
@@ -127,3 +138,61 @@ def test_step_timer_leaves_out_the_first_interval():
     assert summary["samples_per_second"] == pytest.approx(40 / 4.0)
     assert summary["step_ms_max"] == pytest.approx(1500.0)
     assert summary["data_wait_fraction"] == pytest.approx(0.5 / 4.0)
+
+
+def test_accumulated_micro_batches_make_the_same_update_as_one_full_batch(world):
+    whole = tiny_job(tf.keras.optimizers.SGD(0.5), batch_norm=False)
+    split = tiny_job(tf.keras.optimizers.SGD(0.5), batch_norm=False, accumulation_steps=4)
+    for job in (whole, split):
+        step = loop.make_train_step(job)
+        batches = iter(job.train_data)
+        losses = [float(step(*next(batches))) for _ in range(3)]
+    # The mean of equal micro-batch mean losses is the full-batch mean loss, and so are the gradients.
+    for a, b in zip(whole.model.trainable_variables, split.model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    assert losses[-1] < losses[0]
+    assert not np.allclose(whole.model.trainable_variables[0].numpy(),
+                           tiny_job(tf.keras.optimizers.SGD(0.5), batch_norm=False).model
+                           .trainable_variables[0].numpy())  # the steps did change the weights
+
+
+def _three_blocks():
+    # 4 steps of 16 = the 64 training samples once, so a resumed run sees the same batches.
+    return [Block(first_epoch_num=16 * 4 * i, epoch_count=64, eval_epoch_num=64 * (i + 1), steps=4)
+            for i in range(3)]
+
+
+def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(world, tmp_path):
+    whole = tiny_job(tf.keras.optimizers.SGD(0.1, momentum=0.9), blocks=_three_blocks())
+    saved = loop.train(whole, world, RecordingLog(), loop_config(save_checkpoints=True),
+                       say=lambda message: None, run_dir=str(tmp_path))
+    assert saved.steps == 12
+    checkpoint = tmp_path / "checkpoints" / "ckpt-8"
+    assert (tmp_path / "checkpoints" / "ckpt-8.index").exists()
+
+    resumed_job = tiny_job(tf.keras.optimizers.SGD(0.1, momentum=0.9), blocks=_three_blocks())
+    log = RecordingLog()
+    resumed = loop.train(resumed_job, world, log, loop_config(resume_from=str(checkpoint)),
+                         say=lambda message: None)
+    assert resumed.steps == 12
+    assert [args[0] for name, args in log.events if name == "block_start"] == [128]
+    for a, b in zip(whole.model.variables, resumed_job.model.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_resuming_needs_a_checkpoint_that_fits(world, tmp_path):
+    job = tiny_job(tf.keras.optimizers.SGD(0.1), blocks=_three_blocks())
+    with pytest.raises(ValueError, match="no suite checkpoint found"):
+        loop.train(job, world, RecordingLog(), loop_config(resume_from=str(tmp_path)), say=lambda m: None)
+    with pytest.raises(ValueError, match="step 5, which is not an evaluation boundary"):
+        blocks_after(_three_blocks(), 5)
+    assert blocks_after(_three_blocks(), 12) == []
+
+
+def test_samples_trained_are_logged_before_run_stop_when_asked(world):
+    job = tiny_job(tf.keras.optimizers.SGD(0.1), blocks=_three_blocks()[:1])
+    job.log_samples_trained = True
+    log = RecordingLog()
+    loop.train(job, world, log, loop_config(), say=lambda message: None)
+    names = [name for name, _ in log.events]
+    assert log.events[-2] == ("event", ("train_samples", 64)) and names[-1] == "run_stop"

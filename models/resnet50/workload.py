@@ -4,7 +4,7 @@ from dataclasses import dataclass
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
 from suite.config import CommonConfig, Preset
-from suite.workload import Block, Division, Job, WorkloadSpec
+from suite.workload import Block, Division, Job, WorkloadSpec, local_batch_size
 
 BENCHMARK = "resnet"
 TARGET_TOP1 = 0.759
@@ -147,19 +147,6 @@ def division(config, info):
     return Division("open" if reasons else "closed", tuple(reasons))
 
 
-def local_batch(config, world):
-    if config.global_batch_size % world.size:
-        raise ValueError(f"global_batch_size {config.global_batch_size} is not divisible by "
-                         f"{world.size} ranks")
-    return config.global_batch_size // world.size
-
-
-def _set_precision(precision):
-    import tensorflow as tf
-    policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[precision]
-    tf.keras.mixed_precision.set_global_policy(policy)
-
-
 def _datasets(config, world, seed, batch, eval_batch):
     """(info, train dataset, eval dataset factory, train records, eval records)."""
     import tensorflow as tf
@@ -188,8 +175,9 @@ def build_job(config, world, seed):
     import tensorflow as tf
     from models.resnet50 import data, optim
     from models.resnet50.model import build_resnet50, mlperf_tensor_names
+    from suite.loop import set_precision_policy
 
-    batch = local_batch(config, world)
+    batch = local_batch_size(config.global_batch_size, world.size)
     info, train, make_eval, train_records, eval_records = _datasets(
         config, world, seed, batch, config.eval_batch_size or batch)
     steps_per_epoch = train_records // config.global_batch_size
@@ -200,7 +188,7 @@ def build_job(config, world, seed):
     warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
 
     tf.keras.utils.set_random_seed(seed)  # same initial weights on every rank before the broadcast
-    _set_precision(config.precision)
+    set_precision_policy(config.precision)
     model = build_resnet50(config.num_classes, config.image_size, config.data_format)
     optimizer, schedule = optim.build_optimizer(
         config.optimizer, base_lr=config.base_lr, warmup_steps=warmup_steps, total_steps=total_steps,
