@@ -27,8 +27,8 @@ def run(args, timeout=600, **env):
                           timeout=timeout)
 
 
-def train_cmd(*args, launcher=(), np=1):
-    """`python -m models.resnet50 ...`, optionally under a launcher with np processes."""
+def train_cmd(*args, launcher=(), np=1, module="models.resnet50"):
+    """`python -m models.resnet50 ...` (or another model), optionally under a launcher with np processes."""
     prefix = {
         (): [],
         ("horovodrun",): ["horovodrun", "-np", str(np), "-H", f"localhost:{np}"],
@@ -37,7 +37,7 @@ def train_cmd(*args, launcher=(), np=1):
         ("horovodrun", "--mpi"): ["horovodrun", "--mpi", "-np", str(np), "-H", f"localhost:{np}"],
         ("mpirun",): ["mpirun", "--oversubscribe", "-np", str(np)],
     }[tuple(launcher)]
-    return prefix + [sys.executable if not prefix else "python", "-m", "models.resnet50", *args]
+    return prefix + [sys.executable if not prefix else "python", "-m", module, *args]
 
 
 def check_log(log_path, ruleset, config=None):
