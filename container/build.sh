@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Builds the suite's container images, tagged with the suite version and git revision, and pushes them.
+#
+# Usage: container/build.sh [--device gpu|cpu|all] [--registry REGISTRY] [--push] [--ngc-tag TAG]
+#                           [--name NAME] [--dry-run]
+#   --device    which image (default: all): gpu = container/Dockerfile.gpu (NGC base),
+#               cpu = container/Dockerfile.cpu (the README set-up)
+#   --registry  prefix of the tags, e.g. registry.example.com/mlperf (needed for --push)
+#   --push      docker push every tag after the build
+#   --ngc-tag   build argument NGC_TAG of the GPU image (default: the Dockerfile's)
+#   --name      image name (default: mlperf-hvd-suite)
+#   --dry-run   print the docker commands and the tags; needs no Docker
+# Tags: [REGISTRY/]NAME:<version>-g<short sha>[-dirty]-<device>, e.g. mlperf-hvd-suite:0.1.0-g1a2b3c4-gpu;
+# the version comes from setup.cfg, -dirty marks a tree with uncommitted or untracked files.
+set -euo pipefail
+
+repo_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+device=all
+registry=
+push=0
+ngc_tag=
+name=mlperf-hvd-suite
+dry_run=0
+
+die() { printf 'build.sh: error: %s\n' "$*" >&2; exit 2; }
+
+value_of() {
+  [[ -n ${2-} && ${2-} != --* ]] || die "$1 needs a value"
+  printf '%s' "$2"
+}
+
+parse_args() {
+  while (($#)); do
+    case $1 in
+      --device) device=$(value_of "$1" "${2-}"); shift 2 ;;
+      --registry) registry=$(value_of "$1" "${2-}"); shift 2 ;;
+      --ngc-tag) ngc_tag=$(value_of "$1" "${2-}"); shift 2 ;;
+      --name) name=$(value_of "$1" "${2-}"); shift 2 ;;
+      --push) push=1; shift ;;
+      --dry-run) dry_run=1; shift ;;
+      -h | --help) sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+      *) die "unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  [[ $device == gpu || $device == cpu || $device == all ]] || die "--device must be gpu, cpu or all, not '$device'"
+  ((push == 0)) || [[ -n $registry ]] || die "--push needs --registry (where to push)"
+}
+
+suite_version() {
+  local version
+  version=$(sed -n 's/^version *= *//p' "$repo_dir/setup.cfg" | head -n 1)
+  [[ -n $version ]] || die "no 'version = ...' line in $repo_dir/setup.cfg"
+  printf '%s' "$version"
+}
+
+# Short sha, with -dirty when the build context differs from the commit.
+git_revision() {
+  git -C "$repo_dir" rev-parse --git-dir >/dev/null 2>&1 \
+    || die "$repo_dir is not a git checkout; the image tag needs the git revision"
+  local sha
+  sha=$(git -C "$repo_dir" rev-parse --short HEAD)
+  if [[ -n $(git -C "$repo_dir" status --porcelain --untracked-files=normal) ]]; then
+    sha+=-dirty
+  fi
+  printf '%s' "$sha"
+}
+
+# The engine must answer, not just the client be installed: `docker build` needs both.
+require_docker() {
+  command -v docker >/dev/null 2>&1 \
+    || die "docker not found; build on a machine with Docker (or pass --dry-run to print the commands)"
+  docker info >/dev/null 2>&1 \
+    || die "the Docker engine does not answer (docker info failed); start it or build elsewhere (--dry-run prints the commands)"
+}
+
+# Prints a command (shell-quoted) in dry-run mode, runs it otherwise.
+run() {
+  if ((dry_run)); then
+    local line
+    printf -v line '%q ' "$@"
+    printf '%s\n' "${line% }"
+  else
+    "$@"
+  fi
+}
+
+build_one() {
+  local dev=$1 version=$2 revision=$3
+  local tag=${registry:+$registry/}$name:$version-g$revision-$dev
+  local args=(docker build -f "$repo_dir/container/Dockerfile.$dev"
+              --label "org.opencontainers.image.version=$version"
+              --label "org.opencontainers.image.revision=$revision"
+              --build-arg "SUITE_REVISION=$revision")
+  if [[ $dev == gpu && -n $ngc_tag ]]; then
+    args+=(--build-arg "NGC_TAG=$ngc_tag")
+  fi
+  run "${args[@]}" -t "$tag" "$repo_dir"
+  if ((push)); then
+    run docker push "$tag"
+  fi
+  built+=("$tag")
+}
+
+main() {
+  parse_args "$@"
+  local version revision
+  version=$(suite_version)
+  revision=$(git_revision)
+  ((dry_run)) || require_docker
+  built=()
+  local devices=("$device")
+  [[ $device == all ]] && devices=(gpu cpu)
+  for dev in "${devices[@]}"; do
+    build_one "$dev" "$version" "$revision"
+  done
+  printf 'image: %s\n' "${built[@]}" >&2
+}
+
+main "$@"
