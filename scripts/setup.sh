@@ -41,7 +41,7 @@ detect_device() {
 
 install_debian_packages() {
   [[ ${SUITE_SKIP_APT:-0} == 1 ]] && return
-  local wanted=(openmpi-bin libopenmpi-dev cmake g++ make git)
+  local wanted=(openmpi-bin libopenmpi-dev cmake g++ make git shellcheck)
   local missing=()
   for pkg in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
