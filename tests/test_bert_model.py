@@ -233,6 +233,15 @@ def test_forward_matches_numpy_reference(tiny):
     np.testing.assert_allclose(nsp.numpy(), want_nsp, rtol=RTOL, atol=ATOL)
 
 
+def test_forward_under_xla_matches_numpy_reference(tiny):
+    model, weights = tiny
+    features = random_features(TINY, seed=7)
+    mlm, nsp = tf.function(lambda f: model(f, training=False), jit_compile=True)(features)
+    want_mlm, want_nsp = np_forward(weights, TINY, features)
+    np.testing.assert_allclose(mlm.numpy(), want_mlm, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(nsp.numpy(), want_nsp, rtol=RTOL, atol=ATOL)
+
+
 def test_numpy_reference_comparison_can_fail(tiny):
     """The weights and inputs are such that the erf GELU or a missing attention mask show."""
     model, weights = tiny

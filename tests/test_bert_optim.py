@@ -118,6 +118,15 @@ def test_lamb_matches_numpy_over_several_steps(wrap):
     assert int(opt.iterations.numpy()) == len(grads)
 
 
+def test_lamb_under_xla_matches_numpy():
+    # The GPU path: Keras compiles each update with XLA there, the suite's xla switch the whole step.
+    init, grads = make_problem(steps=3)
+    opt = optim.Lamb(optim.PolynomialWarmup(**SCHEDULE))
+    lrs = [np_schedule(s, **SCHEDULE) for s in range(3)]
+    got = run_tf(opt, init, grads, wrap=lambda f: tf.function(f, jit_compile=True))
+    assert_histories_close(got, np_lamb(init, grads, lrs, NAMES, clip=1.0))
+
+
 def test_numpy_lamb_comparison_can_fail():
     """The problem is sensitive to the exclusions, the trust ratio and the bias correction."""
     init, grads = make_problem()
