@@ -101,11 +101,13 @@ def build_parser():
         description="Renders the files that run a benchmark on a GPU cluster: an sbatch script "
                     "(Slurm + Pyxis), a Kubeflow MPIJob manifest (Kubernetes), the container "
                     "Dockerfiles. Edit these inputs and render again; never edit the output.",
-        epilog="Example: python -m suite.deploy slurm --model models.resnet50 "
-               "--preset closed_16xA100_gbs3264 --nodes 2 --profile oci-bm-gpu-gm4-8 "
-               "--env OMPI_MCA_btl_tcp_if_include=10.0.0.0/16 --image registry.example.com/mlperf:tag "
-               "--data /shared/imagenet --results /shared/results --out job.sbatch "
-               "[-- extra model args, e.g. --set xla=true]")
+        epilog="Example:\n"
+               "  python -m suite.deploy slurm --model models.resnet50 --preset closed_16xA100_gbs3264 \\\n"
+               "      --nodes 2 --profile oci-bm-gpu-gm4-8 --env OMPI_MCA_btl_tcp_if_include=10.0.0.0/16 \\\n"
+               "      --image registry.example.com/mlperf/mlperf-hvd-suite:TAG --data /shared/imagenet \\\n"
+               "      --results /shared/results --out job.sbatch [-- extra model args, e.g. --set xla=true]\n"
+               "Subcommand help: python -m suite.deploy {slurm,k8s,dockerfile,all} --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True, metavar="{slurm,k8s,dockerfile,all}",
                                 parser_class=Parser)
     job, slurm, k8s, ssh, image = _job_flags(), _slurm_flags(), _k8s_flags(), _ssh_flags(), _image_flags()
