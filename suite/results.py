@@ -1,0 +1,124 @@
+"""MLPerf result logs read back: events, time to train (run_stop - run_start) and the olympic mean."""
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+MARKER = ":::MLLOG "
+SUCCESS = "success"
+
+
+class LogError(ValueError):
+    """A result log that cannot be scored; the message is one line naming the file (and line)."""
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """What the report and the sweep need from one result log; times in milliseconds since the epoch."""
+
+    path: str
+    benchmark: str
+    division: str
+    status: str
+    run_start_ms: int
+    run_stop_ms: int
+    global_batch_size: int = None
+    accuracies: list = field(default_factory=list)  # (epoch_num, accuracy) in log order
+
+    @property
+    def minutes(self):
+        """Time to train as the result summarizer scores it: (run_stop - run_start) / 60000."""
+        return (self.run_stop_ms - self.run_start_ms) / 60000.0
+
+    @property
+    def converged(self):
+        return self.status == SUCCESS
+
+
+def events(path):
+    """(line number, event dict) for every MLPerf line; other lines are skipped as the checker does."""
+    try:
+        with open(path, errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError as err:
+        raise LogError(f"{path}: {err.strerror}") from None
+    found = []
+    for number, line in enumerate(lines, start=1):
+        if MARKER not in line:
+            continue
+        try:
+            event = json.loads(line.split(MARKER, 1)[1])
+        except json.JSONDecodeError:
+            raise LogError(f"{path}:{number}: not an MLPerf log line (the JSON after ':::MLLOG' does not "
+                           f"parse)") from None
+        if not isinstance(event, dict) or "key" not in event or "time_ms" not in event:
+            raise LogError(f"{path}:{number}: not an MLPerf log line (no key or time_ms)")
+        found.append((number, event))
+    return found
+
+
+def has_run_stop(path):
+    """True when the log holds a run_stop: the run finished, whatever its status."""
+    try:
+        return any(event["key"] == "run_stop" for _, event in events(path))
+    except LogError:
+        return False
+
+
+def read_run(path, benchmark=None):
+    """Parses one result log; raises LogError for a foreign, truncated or other-benchmark log."""
+    found = events(path)
+    if not found:
+        raise LogError(f"{path}: not an MLPerf log (no ':::MLLOG' lines)")
+    first = {}
+    for number, event in found:
+        first.setdefault(event["key"], (number, event))
+    if "submission_benchmark" not in first:
+        raise LogError(f"{path}: not an MLPerf training log (no submission_benchmark)")
+    number, event = first["submission_benchmark"]
+    if benchmark is not None and event.get("value") != benchmark:
+        raise LogError(f"{path}:{number}: a log of benchmark {event.get('value')!r}, expected {benchmark!r}")
+    if "run_start" not in first:
+        raise LogError(f"{path}: truncated log: no run_start (the run never started)")
+    if "run_stop" not in first:
+        raise LogError(f"{path}: truncated log: no run_stop (the run did not finish)")
+    stop = first["run_stop"][1]
+    return RunLog(
+        path=path, benchmark=event.get("value"),
+        division=_value(first, "submission_division"),
+        status=(stop.get("metadata") or {}).get("status", ""),
+        run_start_ms=first["run_start"][1]["time_ms"], run_stop_ms=stop["time_ms"],
+        global_batch_size=_value(first, "global_batch_size"),
+        accuracies=[((e.get("metadata") or {}).get("epoch_num"), e.get("value"))
+                    for _, e in found if e["key"] == "eval_accuracy"])
+
+
+def _value(first, key):
+    return first[key][1].get("value") if key in first else None
+
+
+def olympic_mean(minutes, converged=None):
+    """MLPerf's olympic mean: drop the fastest and the slowest run, average the rest.
+
+    A run that did not converge counts as infinitely slow (MLPerf Training rules), so it is the
+    one dropped as slowest; with two or more such runs the mean is None (not scored). Fewer
+    than three runs leave nothing to average: None.
+    """
+    converged = [True] * len(minutes) if converged is None else list(converged)
+    if len(converged) != len(minutes):
+        raise ValueError("minutes and converged differ in length")
+    scores = sorted(m if ok else math.inf for m, ok in zip(minutes, converged))
+    kept = scores[1:-1]
+    if not kept or math.inf in kept:
+        return None
+    return sum(kept) / len(kept)
+
+
+def result_files(folder):
+    """result_<i>.txt in a benchmark folder, by run index."""
+    found = []
+    for name in os.listdir(folder):
+        stem, ext = os.path.splitext(name)
+        if ext == ".txt" and stem.startswith("result_") and stem[len("result_"):].isdigit():
+            found.append((int(stem[len("result_"):]), os.path.join(folder, name)))
+    return [path for _, path in sorted(found)]
