@@ -40,14 +40,17 @@ FORWARDED = ("PATH", "LD_LIBRARY_PATH")
 # Service is the job name itself, a DNS-1035 label (a letter first).
 MAX_JOB_NAME = 63 - len(f"-worker-{MAX_NODES - 1}")
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+PRESET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Host paths end up unquoted in #SBATCH lines and in Pyxis' comma/colon-separated mount list.
 HOST_PATH = re.compile(r"^/[A-Za-z0-9._/+@-]*$")
 K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,-]+$")
 SLURM_TIME = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{2}){0,2}$")
 IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@#+-]*$")
+# Registry references; Pyxis also takes registry#image:tag and a squashfs file's path.
+IMAGE_REF = re.compile(r"^[A-Za-z0-9./][A-Za-z0-9._/:@#+-]*$")
 FIELD = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -207,6 +210,7 @@ def plan_job(args, model_args, rendered_by):
     if not 1 <= args.nodes <= MAX_NODES:
         raise DeployError(f"--nodes {args.nodes}: must be 1 to {MAX_NODES}")
     _check_model_args(model_args)
+    _check_flag("--preset", args.preset, PRESET, "a preset name (python -m MODEL --help lists them)")
     _check_flag("--image", args.image, IMAGE_REF, "an image reference")
     run_id = args.run_id or default_run_id(args.model, args.preset, args.nodes)
     _check_flag("--run-id", run_id, RUN_ID, "letters, digits, '.', '_' or '-' (at most 100)")
@@ -310,8 +314,11 @@ def render_slurm(job, args):
     _check_flag("--time", args.time, SLURM_TIME, "a Slurm time limit such as 04:00:00 or 1-00:00:00")
     if job.profile.mpi_args:
         job.notes.append("the profile's mpi_args do not apply under srun")
-    extra = [f"#SBATCH --{key}={value}" for key, value in (("partition", args.partition),
-                                                           ("account", args.account)) if value]
+    extra = []
+    for key, value in (("partition", args.partition), ("account", args.account)):
+        if value:
+            _check_flag(f"--{key}", value, SLURM_NAME, "letters, digits, '_', '.', '-' or ','")
+            extra.append(f"#SBATCH --{key}={value}")
     return fill("slurm.sbatch", {
         "header": header(job, "Slurm batch script"), "run_id": job.run_id, "nodes": job.nodes,
         "gpus": job.gpus, "time": args.time, "sbatch_extra": "\n".join(extra),
@@ -350,6 +357,9 @@ def pyxis_image(image):
 
 def render_k8s(job, args):
     """A Kubeflow MPI Operator MPIJob: a launcher running mpirun, one worker pod per node."""
+    if job.image.startswith(("/", ".")) or "#" in job.image:
+        raise DeployError(f"--image {job.image}: Kubernetes pulls a registry reference "
+                          f"(registry/name:tag), not a Pyxis URI or squashfs file")
     doc = _skeleton()
     doc["metadata"]["name"] = job_name(job.run_id)
     if args.namespace:

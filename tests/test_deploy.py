@@ -329,6 +329,11 @@ def test_mpijob_options():
     assert "--mca coll" not in launcher_of(doc)["args"][0]
 
 
+def test_slurm_takes_a_squashfs_image():
+    text = render(["slurm", *replace(job(1, *SLURM_PATHS), "--image", "/shared/images/suite.sqsh")])
+    assert "readonly IMAGE=/shared/images/suite.sqsh\n" in text
+
+
 def test_no_rdma_resource():
     doc = yaml.safe_load(render(["k8s", *job(1, *K8S_PATHS), "--rdma-resource", "none"]))
     worker = workers_of(doc)["spec"]["containers"][0]
@@ -700,7 +705,10 @@ ERRORS = {
     "long_job_name": (replace(K8S, "--run-id", "r" * 60), ["--run-id", "at most 54"]),
     "job_name_digit": (replace(K8S, "--run-id", "2n-run"), ["--run-id 2n-run", "start with a letter"]),
     "ssh_port": ([*K8S, "--ssh-port", "0"], ["--ssh-port 0"]),
+    "squashfs_under_k8s": (replace(K8S, "--image", "/shared/suite.sqsh"), ["--image /shared/suite.sqsh"]),
+    "bad_preset_name": (replace(SLURM, "--preset", "a b"), ["--preset 'a b'"]),
     "bad_time": ([*SLURM, "--time", "4h"], ["--time '4h'"]),
+    "bad_partition": ([*SLURM, "--partition", "gpu\n#SBATCH --x"], ["--partition"]),
     "bad_shm": ([*K8S, "--shm-size", "lots"], ["--shm-size 'lots'"]),
     "bad_rdma": ([*K8S, "--rdma-resource", "rdma"], ["--rdma-resource 'rdma'"]),
     "model_flag_clash": ([*SLURM, "--", "--data-dir", "/elsewhere"], ["--data-dir after --"]),
