@@ -154,6 +154,9 @@ def build_parser():
     parser.add_argument("--expect-busbw", type=_positive_float, metavar="GBPS",
                         help="bus bandwidth (GB/s) the cluster should reach at large sizes, "
                              "e.g. 185 on 2 OCI GM4.8 nodes; a loud warning when far below")
+    parser.add_argument("--profile", metavar="NAME|FILE",
+                        help="cluster profile: its expected_busbw_gbps for the job's node count is the "
+                             "expectation (--expect-busbw wins); suite.launch passes its own profile")
     parser.add_argument("--warn-below", type=_positive_float, default=0.5, metavar="FRACTION",
                         help="warn when large-message busbw is below this share of --expect-busbw "
                              "(default 0.5)")
@@ -178,7 +181,33 @@ def parse_args(argv=None, quiet=False):
                          f"--max-bytes {format_size(args.max_bytes)}")
     if args.warn_below > 1:
         raise UsageError(f"--warn-below {args.warn_below} must be a fraction in (0, 1]")
+    args.cluster_profile = _load_profile(args.profile)
     return args
+
+
+def _load_profile(name):
+    if not name:
+        return None
+    from suite import profiles
+    try:
+        return profiles.load(name)
+    except profiles.ProfileError as err:
+        raise UsageError(f"--profile: {err}") from None
+
+
+def expectation(expect_busbw, profile, nodes):
+    """(expected busbw in GB/s or None, where it comes from or why there is none)."""
+    if expect_busbw is not None:
+        return expect_busbw, "--expect-busbw"
+    if profile is None:
+        return None, None
+    counted = f"{nodes} node" + ("" if nodes == 1 else "s")
+    value = profile.expected_busbw_gbps.get(nodes)
+    if value is None:
+        known = ", ".join(str(n) for n in sorted(profile.expected_busbw_gbps)) or "none"
+        return None, (f"profile {profile.name} gives no expected busbw for {counted} "
+                      f"(it has node counts: {known})")
+    return value, f"profile {profile.name}, {counted}"
 
 
 # ---- the values each rank sends, and the check of what comes back ----
@@ -499,15 +528,21 @@ def _report(args, world, hosts, nccl, rows):
         _say("one rank: busbw is 0 by definition (2(n-1)/n = 0); algbw is a local copy rate")
     else:
         _say(f"peak busbw {best['busbw_gbps']:.3f} GB/s at {format_size(best['bytes'])}")
-    expectation, warning = assess(rows, args.expect_busbw, args.warn_below, world.size, nccl, env)
-    if expectation and not warning:
-        _say(f"expected busbw {args.expect_busbw:g} GB/s: {expectation['status']}")
+    expected, source = expectation(args.expect_busbw, args.cluster_profile, len(hosts))
+    verdict, warning = assess(rows, expected, args.warn_below, world.size, nccl, env)
+    if verdict:
+        verdict["source"] = source
+    if verdict and not warning:
+        _say(f"expected busbw {expected:g} GB/s ({source}): {verdict['status']}")
+    elif source and expected is None:
+        _say(f"no comparison: {source}")
     if warning:
         print(banner(warning), file=sys.stderr, flush=True)
     wrong = [format_size(row["bytes"]) for row in rows if not row["correct"]]
     if args.json:
         from suite import rundir
-        rundir.write_json(args.json, _record(args, world, hosts, nccl, rows, expectation, warning, env))
+        record = _record(args, world, hosts, nccl, rows, (expected, verdict, source), warning, env)
+        rundir.write_json(args.json, record)
         _say(f"results: {args.json}")
     if wrong:
         print(f"error: allreduce returned wrong values at {', '.join(wrong)}", file=sys.stderr, flush=True)
@@ -515,9 +550,11 @@ def _report(args, world, hosts, nccl, rows):
     return 0
 
 
-def _record(args, world, hosts, nccl, rows, expectation, warning, env):
+def _record(args, world, hosts, nccl, rows, compared, warning, env):
     from suite import rundir
     best = peak(rows)
+    expected, verdict, source = compared
+    profile = args.cluster_profile
     return {
         "tool": "suite.allreduce", "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "world_size": world.size, "hosts": hosts, "hosts_count": len(hosts), "local_size": world.local_size,
@@ -531,7 +568,10 @@ def _record(args, world, hosts, nccl, rows, expectation, warning, env):
         "bus_factor": bus_factor(world.size),
         "rows": rows, "correct": all(row["correct"] for row in rows),
         "peak_busbw_gbps": best["busbw_gbps"], "peak_busbw_bytes": best["bytes"],
-        "expected_busbw_gbps": args.expect_busbw, "expectation": expectation, "warning": warning,
+        "expected_busbw_gbps": expected, "expected_busbw_source": source, "expectation": verdict,
+        "warning": warning,
+        "profile": {"name": profile.name, "version": profile.version, "path": profile.path}
+        if profile else None,
         "environment": env, "versions": rundir.versions(), "git_revision": rundir.git_revision(),
         "command": sys.argv,
     }

@@ -14,6 +14,9 @@ from suite.hostfile import Host, HostfileError
 from suite.profiles import ProfileError
 
 LAUNCHERS = ("horovodrun", "mpirun", "srun")
+# Modules that compare what they measure with the profile (suite.allreduce: its expected bus
+# bandwidth); the launcher hands them its own profile so the user need not name it twice.
+PROFILE_AWARE = ("suite.allreduce",)
 # What remote ranks under plain mpirun need from this shell: a non-interactive SSH login gives
 # them the node's default environment, not this one (horovodrun forwards everything itself).
 PASS_THROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
@@ -107,7 +110,7 @@ def plan_launch(args, model):
     _check_placeholders(profile, env)
     env.update(tuning_env(profile.horovod, args))
     plan = Plan(args.launcher, [], env, np, hosts, profile)
-    worker = worker_command(args.python, model)
+    worker = worker_command(args.python, with_profile(model, profile))
     builders = {"horovodrun": _horovodrun, "mpirun": _mpirun, "srun": _srun}
     plan.command = builders[args.launcher](plan, args, worker)
     return plan
@@ -183,6 +186,14 @@ def _pick(flag, profile_value):
 def _default_timeline(args):
     # Absolute, so rank 0 writes it in the same place whatever its working directory.
     return os.path.join(args.record or os.getcwd(), "horovod_timeline.json")
+
+
+def with_profile(model, profile):
+    """The model command, with --profile added for a profile-aware module that was not given one."""
+    given = any(arg == "--profile" or arg.startswith("--profile=") for arg in model[1:])
+    if model[0] in PROFILE_AWARE and not given:
+        return [*model, "--profile", profile.path]
+    return model
 
 
 def worker_command(python, model):

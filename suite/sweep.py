@@ -376,8 +376,8 @@ def allreduce_json(sweep, scale):
 
 
 def allreduce_command(sweep, scale):
-    return ["suite.allreduce", "--json", allreduce_json(sweep, scale), "--profile", sweep.profile.path,
-            *sweep.allreduce_args]
+    # suite.launch adds the profile (its expected bus bandwidth) itself.
+    return ["suite.allreduce", "--json", allreduce_json(sweep, scale), *sweep.allreduce_args]
 
 
 # ---- the system description ----
@@ -640,7 +640,8 @@ def _allreduce_verdict(path, scale, say):
     if data.get("warning"):
         # The run's own banner went to its output file; this one reaches the person at the terminal.
         print(banner(f"{scale.system}:\n{data['warning']}"), file=sys.stderr, flush=True)
-    status = (data.get("expectation") or {}).get("status", "no expectation for this node count")
+    status = (data.get("expectation") or {}).get("status") or data.get("expected_busbw_source") \
+        or "no expected bandwidth"
     say(f"{scale.system} allreduce: peak busbw {data.get('peak_busbw_gbps', 0):.3g} GB/s ({status})")
 
 

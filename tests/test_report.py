@@ -1,0 +1,323 @@
+"""suite.report on hand-made sweep folders (no TensorFlow): the numbers of the logs, the plots, bad input."""
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from conftest import run
+from suite import report, results
+
+BENCH = "resnet"
+SUBMITTER = "acme"
+# Minutes per run, by process count; the 1-process scale has one run that did not converge.
+TIMES = {1: [2.0, 1.5, 1.75, 3.25, 2.5], 2: [1.25, 1.0, 0.875, 1.5, 1.125]}
+STATUS = {1: ["success", "success", "aborted", "success", "success"], 2: ["success"] * 5}
+START_MS = 1_700_000_000_000
+
+
+def event(key, value=None, time_ms=START_MS, kind="POINT_IN_TIME", **metadata):
+    body = {"namespace": "", "time_ms": time_ms, "event_type": kind, "key": key, "value": value,
+            "metadata": {"file": "x.py", "lineno": 1, **metadata}}
+    return ":::MLLOG " + json.dumps(body)
+
+
+def log_text(minutes, status="success", benchmark=BENCH, start=START_MS, stop=True):
+    stop_ms = start + round(minutes * 60000)
+    lines = [event("cache_clear", False), event("init_start", kind="INTERVAL_START"),
+             event("submission_benchmark", benchmark), event("submission_org", SUBMITTER),
+             event("submission_division", "open"), event("submission_status", "onprem"),
+             event("submission_platform", "x"), event("global_batch_size", 16), event("train_samples", 64),
+             event("eval_samples", 16), event("init_stop", kind="INTERVAL_END"),
+             event("run_start", time_ms=start, kind="INTERVAL_START"),
+             event("eval_accuracy", 0.76 if status == "success" else 0.5, time_ms=stop_ms, epoch_num=1)]
+    if stop:
+        lines.append(event("run_stop", time_ms=stop_ms, kind="INTERVAL_END", status=status))
+    return "\n".join(lines) + "\n"
+
+
+def system(np):
+    return f"test_n1_np{np}"
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def summary(np, index, slow_rank=None):
+    ranks = []
+    for rank in range(np):
+        p50 = 100.0 + index + (40.0 if rank == slow_rank else 0.0)
+        ranks.append({"rank": rank, "host": "vm", "samples_per_second": 16 / np / (p50 / 1000),
+                      "step_ms_p50": p50, "step_ms_p90": p50 + 5, "step_ms_max": p50 + 20})
+    total = sum(r["samples_per_second"] for r in ranks)
+    return {"samples_per_second_total": total, "samples_per_second_per_rank": total / np, "world_size": np,
+            "local_batch_size": 16 // np, "ranks": ranks}
+
+
+def allreduce_record(np):
+    rows = []
+    for i, nbytes in enumerate((4096, 65536, 1 << 20)):
+        seconds = 1e-4 * (i + 1)
+        algbw = nbytes / seconds / 1e9
+        rows.append({"bytes": nbytes, "seconds": seconds, "time_us": seconds * 1e6, "algbw_gbps": algbw,
+                     "busbw_gbps": algbw * 2 * (np - 1) / np, "correct": True})
+    return {"world_size": np, "hosts_count": 1, "rows": rows, "expectation": None,
+            "peak_busbw_gbps": max(r["busbw_gbps"] for r in rows), "expected_busbw_gbps": None,
+            "expected_busbw_source": "profile test gives no expected busbw for 1 node"}
+
+
+def make_sweep(folder, slow_rank=None, allreduce=True):
+    """A sweep folder as suite.sweep leaves it, with known times."""
+    scales = []
+    for np, minutes in TIMES.items():
+        scales.append({"system": system(np), "np": np, "nodes": 1, "hostfile": "hostfiles/localhost",
+                       "hosts": [{"name": "localhost", "slots": 2}], "preset": "sweep_cpu"})
+        for index, value in enumerate(minutes):
+            write(os.path.join(folder, SUBMITTER, "results", system(np), BENCH, f"result_{index}.txt"),
+                  log_text(value, STATUS[np][index], start=START_MS + index * 3_600_000))
+            run_dir = os.path.join(folder, "runs", system(np), f"run_{index}")
+            write(os.path.join(run_dir, "summary.json"),
+                  json.dumps(summary(np, index, slow_rank if np == 2 else None)))
+            write(os.path.join(run_dir, "config.json"), json.dumps({"config": {"fp16_allreduce": False}}))
+        if allreduce and np > 1:
+            write(os.path.join(folder, "runs", system(np), "allreduce.json"),
+                  json.dumps(allreduce_record(np)))
+    plan = {"module": "models.resnet50", "model_args": [], "benchmark": BENCH, "runs": 5,
+            "submitter": SUBMITTER, "status": "onprem", "profile": "test", "scales": scales}
+    write(os.path.join(folder, "sweep.json"), json.dumps({"plan": plan, "runs": {}}))
+    return folder
+
+
+def tables(markdown):
+    """{first header cell + second: [row dicts]} of every Markdown table."""
+    found, lines = [], markdown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            header = [c.strip() for c in line.strip("|").split("|")]
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append(dict(zip(header, [c.strip() for c in row.strip("|").split("|")])))
+            found.append((header, rows))
+    return found
+
+
+def table_with(markdown, column):
+    return next(rows for header, rows in tables(markdown) if column in header)
+
+
+def parse_minutes(path):
+    """Time to train straight from a log, independently of suite.results."""
+    times = {}
+    with open(path) as handle:
+        for line in handle:
+            body = json.loads(line.split(":::MLLOG ", 1)[1])
+            times.setdefault(body["key"], body)
+    return ((times["run_stop"]["time_ms"] - times["run_start"]["time_ms"]) / 60000,
+            times["run_stop"]["metadata"]["status"])
+
+
+def olympic_by_hand(values):
+    ordered = sorted(values)
+    return sum(ordered[1:-1]) / (len(ordered) - 2)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folder = make_sweep(str(tmp_path_factory.mktemp("built") / "sweep"), slow_rank=1)
+    assert report.main([folder]) == 0
+    with open(os.path.join(folder, "report", "report.md")) as handle:
+        return folder, handle.read()
+
+
+# ---- the arithmetic ----
+
+def test_olympic_mean():
+    assert results.olympic_mean([1.0, 2.0, 3.0, 4.0, 5.0]) == 3.0
+    assert results.olympic_mean([10.0, 1.0, 2.0, 3.0, 100.0]) == 5.0
+    # A non-converged run counts as infinitely slow: it is the one dropped, not the slowest time.
+    assert results.olympic_mean([1.0, 2.0, 3.0, 4.0, 5.0], [False, True, True, True, True]) == 4.0
+    assert results.olympic_mean([1.0, 2.0, 3.0, 4.0, 5.0], [True, True, True, True, False]) == 3.0
+    # Two non-converged runs leave the scale unscored; so do fewer than three runs.
+    assert results.olympic_mean([1.0, 2.0, 3.0, 4.0, 5.0], [False, True, True, True, False]) is None
+    assert results.olympic_mean([1.0, 2.0]) is None
+    assert results.olympic_mean([]) is None
+    with pytest.raises(ValueError):
+        results.olympic_mean([1.0, 2.0, 3.0], [True])
+
+
+def test_read_run(tmp_path):
+    path = tmp_path / "result_0.txt"
+    path.write_text("some launcher noise\n" + log_text(2.5, "aborted"))
+    log = results.read_run(str(path), BENCH)
+    assert log.minutes == 2.5 and log.status == "aborted" and not log.converged
+    assert log.division == "open" and log.global_batch_size == 16 and log.accuracies == [(1, 0.5)]
+    assert results.has_run_stop(str(path))
+    path.write_text(log_text(2.5, stop=False))
+    assert not results.has_run_stop(str(path))
+    assert not results.has_run_stop(str(tmp_path / "missing.txt"))
+
+
+# ---- the report on a good sweep ----
+
+def test_tables_hold_the_numbers_in_the_logs(built):
+    folder, markdown = built
+    runs = table_with(markdown, "run_stop (ms)")
+    assert len(runs) == 10
+    for row in runs:
+        minutes, status = parse_minutes(os.path.join(folder, row["log"]))
+        assert row["time to train (min)"] == f"{minutes:.4f}" and row["status"] == status
+    ttt = {row["processes"]: row for row in table_with(markdown, "converged")}
+    for np, minutes in TIMES.items():
+        logged = [parse_minutes(os.path.join(folder, SUBMITTER, "results", system(np), BENCH,
+                                             f"result_{i}.txt")) for i in range(5)]
+        times = [m for m, _ in logged]
+        row = ttt[str(np)]
+        assert row["olympic mean of run times (min, status ignored)"] == f"{olympic_by_hand(times):.4f}"
+        assert row["fastest (min)"] == f"{min(times):.4f}" and row["slowest (min)"] == f"{max(times):.4f}"
+        converged = [m for m, status in logged if status == "success"]
+        assert row["converged"] == f"{len(converged)} of 5"
+        # MLPerf: the one non-converged run is the one dropped; the fastest converged run goes too.
+        expected = sorted(converged)[1:] if len(converged) == 4 else sorted(converged)[1:-1]
+        cell = row["olympic mean (min, MLPerf: non-converged = ∞)"]
+        assert cell == f"{sum(expected) / len(expected):.4f}"
+
+
+def test_throughput_scaling_and_stragglers(built):
+    folder, markdown = built
+    rows = {row["processes"]: row for row in table_with(markdown, "speed-up (throughput)")}
+    assert rows["1"]["speed-up (throughput)"] == "1.000"
+    assert rows["1"]["scaling efficiency (throughput)"] == "100.0%"
+    rate = {np: sorted(summary(np, i, 1 if np == 2 else None)["samples_per_second_total"]
+                       for i in range(5))[2] for np in TIMES}
+    assert rows["2"]["speed-up (throughput)"] == f"{rate[2] / rate[1]:.3f}"
+    assert rows["2"]["scaling efficiency (throughput)"] == f"{100 * rate[2] / rate[1] / 2:.1f}%"
+    stragglers = [row for row in table_with(markdown, "straggler") if row["system"] == system(2)]
+    assert [row["straggler"] for row in stragglers] == ["no", "YES"]
+    assert stragglers[1]["p50 (ms)"] == "142.0" and stragglers[1]["max (ms)"] == f"{144 + 20:.1f}"
+
+
+def test_projected_figures_are_labelled(built):
+    folder, markdown = built
+    section = markdown.split("## Projected beside measured", 1)[1].split("\n## ", 1)[0]
+    assert "PROJECTED" in section and "not from runs" in section
+    header, _ = tables(section)[0]
+    for cell in header:
+        assert cell in ("processes", "measured runs") or cell.startswith(("projected", "measured")), cell
+    # No table outside that section has a projected column: measured tables stay measured.
+    before = markdown.split("## Projected beside measured", 1)[0]
+    assert not [cell for header, _ in tables(before) for cell in header if "projected" in cell.lower()]
+
+
+def test_published_references_carry_their_sources(built):
+    _, markdown = built
+    rows = table_with(markdown, "published system")
+    assert {row["time to train (min)"] for row in rows} == {"31.5", "10.67", "29.15", "16.88"}
+    assert all(row["source"] for row in rows)
+    assert "not measured here" in markdown
+
+
+def test_plots_are_valid_pngs_and_the_html_embeds_them(built):
+    from PIL import Image
+    folder, markdown = built
+    out = os.path.join(folder, "report")
+    names = sorted(name for name in os.listdir(out) if name.endswith(".png"))
+    assert names == ["allreduce.png", "scaling.png", "stragglers.png", "throughput.png", "time_to_train.png"]
+    for name in names:
+        with Image.open(os.path.join(out, name)) as image:
+            image.verify()
+        with Image.open(os.path.join(out, name)) as image:
+            assert image.format == "PNG" and image.size[0] >= 600 and image.size[1] >= 350, (name, image.size)
+        assert f"]({name})" in markdown
+    with open(os.path.join(out, "report.html")) as handle:
+        page = handle.read()
+    assert page.count('src="data:image/png;base64,') == len(names)
+    assert not re.search(r'src="(?!data:)', page)
+
+
+def test_without_allreduce_there_is_no_projection(tmp_path):
+    folder = make_sweep(str(tmp_path / "sweep"), allreduce=False)
+    assert report.main([folder]) == 0
+    with open(os.path.join(folder, "report", "report.md")) as handle:
+        markdown = handle.read()
+    assert "no projection" in markdown and "PROJECTED" not in markdown
+    assert not os.path.exists(os.path.join(folder, "report", "allreduce.png"))
+
+
+# ---- bad input: one line, exit 2, nothing already written damaged ----
+
+def report_cli(*args):
+    return run([sys.executable, "-m", "suite.report", *args], timeout=120)
+
+
+def snapshot(folder):
+    found = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as handle:
+                found[os.path.relpath(os.path.join(root, name), folder)] = handle.read()
+    return found
+
+
+def one_line_error(result, *culprits):
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for culprit in culprits:
+        assert culprit in lines[0], lines[0]
+    return lines[0]
+
+
+def result_file(folder, np=2, index=3):
+    return os.path.join(folder, SUBMITTER, "results", system(np), BENCH, f"result_{index}.txt")
+
+
+BAD_LOGS = {
+    "truncated": (lambda: log_text(1.0, stop=False), ["truncated log: no run_stop"]),
+    "foreign": (lambda: "epoch 1 loss 0.3\nepoch 2 loss 0.2\n", ["not an MLPerf log"]),
+    "other_benchmark": (lambda: log_text(1.0, benchmark="bert"),
+                        [":3:", "benchmark 'bert'", "expected 'resnet'"]),
+    "broken_line": (lambda: log_text(1.0).replace('"key": "eval_samples"', '"key": eval_samples'),
+                    [":10:", "not an MLPerf log line"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LOGS))
+def test_bad_log_leaves_the_earlier_report_alone(case, tmp_path):
+    folder = make_sweep(str(tmp_path / "sweep"))
+    assert report.main([folder]) == 0
+    before = snapshot(os.path.join(folder, "report"))
+    text, culprits = BAD_LOGS[case]
+    write(result_file(folder), text())
+    one_line_error(report_cli(folder), result_file(folder), *culprits)
+    assert snapshot(os.path.join(folder, "report")) == before
+    assert not [name for name in os.listdir(folder) if name.startswith(".report")]
+
+
+def test_bad_log_writes_no_partial_report(tmp_path):
+    folder = make_sweep(str(tmp_path / "sweep"))
+    write(result_file(folder), log_text(1.0, stop=False))
+    one_line_error(report_cli(folder), "truncated")
+    assert sorted(os.listdir(folder)) == [SUBMITTER, "runs", "sweep.json"]
+
+
+def test_missing_and_non_sweep_folders(tmp_path):
+    one_line_error(report_cli(str(tmp_path / "nowhere")), "nowhere", "does not exist")
+    (tmp_path / "plain").mkdir()
+    one_line_error(report_cli(str(tmp_path / "plain")), "no sweep.json", "not a sweep folder")
+    write(str(tmp_path / "broken" / "sweep.json"), "{\n  \"plan\": \n")
+    one_line_error(report_cli(str(tmp_path / "broken")), "sweep.json:3", "not valid JSON")
+
+
+def test_out_that_is_not_a_report_folder_is_refused(tmp_path):
+    folder = make_sweep(str(tmp_path / "sweep"))
+    precious = tmp_path / "mine"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    one_line_error(report_cli(folder, "--out", str(precious)), str(precious), "not a report folder")
+    assert [p.name for p in precious.iterdir()] == ["notes.txt"]
