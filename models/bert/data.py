@@ -1,0 +1,984 @@
+"""BERT pretraining TFRecord input pipelines (MLPerf reference format), a learnable generator and checks."""
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+
+import suite  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+# The MLPerf reference data (mlcommons/training language_model/tensorflow/bert, README and dataset.md).
+MLPERF_SEQ_LENGTH = 512
+MLPERF_MAX_PREDICTIONS = 76
+MLPERF_EVAL_RECORDS = 10000
+MLPERF_TRAIN_SHARDS = 500
+MLPERF_VOCAB_SIZE = 30522
+MLPERF_EVAL_FILE = "eval_10k"
+# The README publishes eval_10k's size but no MD5; a different size means different samples.
+MLPERF_EVAL_BYTES = 25382591
+CHECKPOINT_STEP = 28252
+# (size in bytes, MD5) of the phase-1 checkpoint files, from the reference README's table.
+CHECKPOINT_FILES = {
+    "bert_config.json": (314, "7f59165e21b7d566db610ff6756c926b"),
+    "vocab.txt": (231508, "64800d5d8528ce344256daf115d4965e"),
+    f"model.ckpt-{CHECKPOINT_STEP}.index": (17371, "f97de3ae180eb8d479555c939d50d048"),
+    f"model.ckpt-{CHECKPOINT_STEP}.meta": (24740228, "dbd16c731e8a8113bc08eeed0326b8e7"),
+    f"model.ckpt-{CHECKPOINT_STEP}.data-00000-of-00001": (4034713312, "50797acd537880bfb5a7ade80d976129"),
+}
+
+METADATA_FILE = "dataset.json"
+VOCAB_FILE = "vocab.txt"
+CONFIG_FILE = "bert_config.json"
+TRAIN_DIR, EVAL_DIR = "train", "eval"
+FEATURE_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+LABEL_KEYS = ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+# Records per rank held for shuffling; the reference's input_fn uses 1000 after interleaving files.
+SHUFFLE_BUFFER = 1000
+# Files read concurrently per rank.
+READ_CYCLE_LENGTH = 8
+# How much data describe_data_error reads to find the file behind an error, before giving up.
+SCAN_BUDGET_BYTES = 1 << 30
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
+# create_pretraining_data.py flags of the reference.
+MASKED_LM_PROB = 0.15
+SHORT_SEQ_PROB = 0.1
+
+_SHARD_NAME = re.compile(r"^part-(\d{5})-of-(\d{5})$")
+_SKIPPED_SUFFIXES = (".tmp", ".partial", ".lock", ".md5", ".json", ".txt")
+
+
+class DataError(ValueError):
+    """A dataset problem, described in one line that names the offending file or directory."""
+
+
+def feature_spec(seq_length: int = MLPERF_SEQ_LENGTH, max_predictions: int = MLPERF_MAX_PREDICTIONS) -> dict:
+    """The parse spec of run_pretraining.py's input_fn: fixed lengths, int64 everywhere but the weights."""
+    return {
+        "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "masked_lm_positions": tf.io.FixedLenFeature([max_predictions], tf.int64),
+        "masked_lm_ids": tf.io.FixedLenFeature([max_predictions], tf.int64),
+        "masked_lm_weights": tf.io.FixedLenFeature([max_predictions], tf.float32),
+        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    """The TFRecord files of a pretraining dataset, their record lengths and what dataset.json declares."""
+
+    data_dir: str
+    train_files: tuple[str, ...]
+    eval_files: tuple[str, ...]
+    seq_length: int
+    max_predictions: int
+    eval_records: int
+    train_records: int | None  # known only from dataset.json: counting 365 GB is not an option
+    vocab_size: int | None
+    generated: bool  # dataset.json present, i.e. written by write_learnable_dataset
+    vocab_file: str | None = None  # vocab.txt beside the data (generated sets)
+    bert_config_file: str | None = None  # bert_config.json beside the data (generated sets)
+    majority_baseline_accuracy: float | None = None
+    context_rule_accuracy: float | None = None
+
+    @property
+    def mlperf_layout(self) -> bool:
+        """The reference's 500 training shards and eval_10k, at 512 tokens and 76 predictions."""
+        names = [os.path.basename(f) for f in self.eval_files]
+        return (not self.generated and len(self.train_files) == MLPERF_TRAIN_SHARDS
+                and all(f.endswith(f"-of-{MLPERF_TRAIN_SHARDS:05d}") for f in self.train_files)
+                and names == [MLPERF_EVAL_FILE] and self.seq_length == MLPERF_SEQ_LENGTH
+                and self.max_predictions == MLPERF_MAX_PREDICTIONS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Discovery
+
+
+def dataset_info(data_dir: str, seq_length: int = MLPERF_SEQ_LENGTH,
+                 max_predictions: int = MLPERF_MAX_PREDICTIONS) -> DatasetInfo:
+    """Finds `data_dir`/train and /eval, reads dataset.json (its lengths win) and checks the first records."""
+    if not tf.io.gfile.isdir(data_dir):
+        raise DataError(f"data directory not found: {data_dir}")
+    meta = _read_metadata(data_dir)
+    train_files = _split_files(data_dir, TRAIN_DIR)
+    eval_files = _split_files(data_dir, EVAL_DIR)
+    if meta is not None:
+        seq_length, max_predictions = meta["seq_length"], meta["max_predictions"]
+        _check_metadata_shards(meta, data_dir, train_files, eval_files)
+    for path in (train_files[0], eval_files[0]):
+        problem = _first_record_problem(path, seq_length, max_predictions)
+        if problem:
+            raise DataError(f"{path}: {problem}")
+    eval_records = _count_records(eval_files)
+    expected = meta["eval_records"] if meta is not None else MLPERF_EVAL_RECORDS
+    if eval_records != expected:
+        source = f"{os.path.join(data_dir, METADATA_FILE)} declares" if meta else "MLPerf's eval_10k has"
+        raise DataError(f"{os.path.join(data_dir, EVAL_DIR)}: {eval_records} eval records, "
+                        f"{source} {expected}")
+    return _info(data_dir, train_files, eval_files, seq_length, max_predictions, eval_records, meta)
+
+
+def _info(data_dir, train_files, eval_files, seq_length, max_predictions, eval_records, meta):
+    meta = meta or {}
+    beside = {name: os.path.join(data_dir, name) for name in (VOCAB_FILE, CONFIG_FILE)}
+    present = {name: path if meta and tf.io.gfile.exists(path) else None for name, path in beside.items()}
+    return DatasetInfo(
+        data_dir=data_dir, train_files=train_files, eval_files=eval_files, seq_length=seq_length,
+        max_predictions=max_predictions, eval_records=eval_records,
+        train_records=meta.get("train_records"), vocab_size=meta.get("vocab_size"), generated=bool(meta),
+        vocab_file=present[VOCAB_FILE], bert_config_file=present[CONFIG_FILE],
+        majority_baseline_accuracy=meta.get("majority_baseline_accuracy"),
+        context_rule_accuracy=meta.get("context_rule_accuracy"))
+
+
+def _is_record_file(name):
+    if name.startswith(".") or name.endswith(_SKIPPED_SUFFIXES):
+        return False
+    return bool(_SHARD_NAME.match(name)) or name == MLPERF_EVAL_FILE or ".tfrecord" in name
+
+
+def _list_split(data_dir, split):
+    """The record files of `data_dir`/`split` (None when the directory is missing)."""
+    folder = os.path.join(data_dir, split)
+    if not tf.io.gfile.isdir(folder):
+        return None
+    names = sorted(name for name in tf.io.gfile.listdir(folder) if _is_record_file(name.rstrip("/")))
+    return tuple(os.path.join(folder, name) for name in names)
+
+
+def _split_files(data_dir, split):
+    files = _list_split(data_dir, split)
+    folder = os.path.join(data_dir, split)
+    if files is None:
+        raise DataError(f"{split} directory not found: {folder} (expected {data_dir}/{TRAIN_DIR}/ "
+                        f"and {data_dir}/{EVAL_DIR}/)")
+    if not files:
+        raise DataError(f"no TFRecord files in {folder} (expected part-NNNNN-of-NNNNN, {MLPERF_EVAL_FILE} "
+                        f"or *.tfrecord*)")
+    return files
+
+
+def _read_metadata(data_dir):
+    path = os.path.join(data_dir, METADATA_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            meta = json.load(f)
+    except (ValueError, tf.errors.OpError) as err:
+        raise DataError(f"malformed {path}: {_one_line(str(err))}") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"malformed {path}: expected a JSON object")
+    for key in ("seq_length", "max_predictions"):
+        if not (_is_count(meta.get(key)) and meta[key] > 0):
+            raise DataError(f"malformed {path}: '{key}' must be a positive integer")
+    for key in ("train_records", "eval_records"):
+        if not _is_count(meta.get(key)):
+            raise DataError(f"malformed {path}: '{key}' must be a non-negative integer")
+    vocab_size = meta.get("vocab_size")
+    if vocab_size is not None and not (_is_count(vocab_size) and vocab_size > 0):
+        raise DataError(f"malformed {path}: 'vocab_size' must be a positive integer or null")
+    return meta
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_metadata_shards(meta, data_dir, train_files, eval_files):
+    # A stale dataset.json (files added or deleted afterwards) would give wrong epoch sizes.
+    path = os.path.join(data_dir, METADATA_FILE)
+    for key, files, split in (("train_shards", train_files, TRAIN_DIR),
+                              ("eval_shards", eval_files, EVAL_DIR)):
+        if key in meta and meta[key] != len(files):
+            raise DataError(f"{path} lists {meta[key]} {split} files but {os.path.join(data_dir, split)} "
+                            f"holds {len(files)}")
+
+
+def _count_records(files):
+    total = 0
+    for path in files:
+        try:
+            # Batching keeps eager iteration cheap.
+            for batch in tf.data.TFRecordDataset(path).batch(4096):
+                total += int(batch.shape[0])
+        except tf.errors.OpError as err:
+            raise DataError(f"cannot read {path}: {_tf_message(err)}") from None
+    return total
+
+
+def _first_record_problem(path, seq_length, max_predictions):
+    try:
+        first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
+    except tf.errors.OpError as err:
+        return f"unreadable: {_tf_message(err)}"
+    if first is None:
+        return "holds no records"
+    return _record_schema_problem(first.numpy(), seq_length, max_predictions, "first record: ")
+
+
+def _record_schema_problem(serialized, seq_length, max_predictions, where=""):
+    """What makes one serialized record differ from feature_spec (a phrase), or None."""
+    try:
+        features = tf.train.Example.FromString(serialized).features.feature
+    except Exception:  # protobuf's DecodeError has no stable import path across versions
+        return f"{where}not a tf.train.Example"
+    for name, spec in feature_spec(seq_length, max_predictions).items():
+        if name not in features:
+            return f"{where}feature {name} is missing"
+        kind = features[name].WhichOneof("kind")
+        expected_kind = "float_list" if spec.dtype == tf.float32 else "int64_list"
+        if kind != expected_kind:
+            return f"{where}feature {name} is a {kind}, expected {expected_kind}"
+        found = len(getattr(features[name], kind).value)
+        if found != spec.shape[0]:
+            return f"{where}feature {name} has length {found}, expected {spec.shape[0]}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Input pipelines
+
+
+def train_dataset(info: DatasetInfo, batch: int, rank: int, world_size: int, seed: int, *,
+                  deterministic: bool = True) -> tf.data.Dataset:
+    """Endless shuffled (features, labels) batches for one Horovod rank, as the reference's input_fn.
+
+    Ranks read disjoint files (disjoint records when there are fewer files than ranks). `deterministic`
+    False lets the interleave hand out records as soon as they are ready, as the reference's sloppy mode.
+    """
+    _check_sharding(batch, rank, world_size)
+    rank_seed = seed * 1000003 + rank  # distinct per rank, and per seed for any rank
+    if len(info.train_files) >= world_size:
+        mine = list(info.train_files[rank::world_size])
+        files = tf.data.Dataset.from_tensor_slices(mine)
+        # Repeating the file list rather than the records keeps the reader busy across epochs.
+        files = files.shuffle(len(mine), seed=rank_seed, reshuffle_each_iteration=True).repeat()
+        records = files.interleave(_read_tfrecords, cycle_length=min(len(mine), READ_CYCLE_LENGTH),
+                                   block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                                   deterministic=deterministic)
+        records = records.shuffle(SHUFFLE_BUFFER, seed=rank_seed, reshuffle_each_iteration=True)
+    else:
+        records = tf.data.TFRecordDataset(list(info.train_files)).shard(world_size, rank)
+        records = records.shuffle(SHUFFLE_BUFFER, seed=rank_seed, reshuffle_each_iteration=True).repeat()
+    return _finish(records, info, batch, drop_remainder=True)
+
+
+def eval_dataset(info: DatasetInfo, batch: int, rank: int, world_size: int) -> tf.data.Dataset:
+    """One pass over this rank's share of the eval records, in file order; the last batch may be short.
+
+    Records (not files) are dealt round-robin, so rank shares differ by at most one record: eval_10k is
+    a single file, and the slowest rank sets the pace of a Horovod evaluation.
+    """
+    _check_sharding(batch, rank, world_size)
+    records = tf.data.TFRecordDataset(list(info.eval_files)).shard(world_size, rank)
+    return _finish(records, info, batch, drop_remainder=False)
+
+
+def synthetic_dataset(batch: int, seq_length: int = MLPERF_SEQ_LENGTH,
+                      max_predictions: int = MLPERF_MAX_PREDICTIONS, vocab_size: int = MLPERF_VOCAB_SIZE,
+                      seed: int = 0) -> tf.data.Dataset:
+    """One random batch shaped like real data, made once on the host and repeated, for throughput runs.
+
+    As in create_pretraining_data.py, 90 % of the sequences fill seq_length and the rest are shorter; each
+    predicts min(max_predictions, round(15 % of its tokens)) positions.
+    """
+    _check_sharding(batch, 0, 1)
+    rng = np.random.default_rng(seed)
+    rows = [_synthetic_row(rng, seq_length, max_predictions, vocab_size) for _ in range(batch)]
+    stacked = {key: np.stack([row[key] for row in rows]) for key in rows[0]}
+    features = {key: tf.constant(stacked[key], tf.int32) for key in FEATURE_KEYS}
+    labels = {key: tf.constant(stacked[key], tf.float32 if key == "masked_lm_weights" else tf.int32)
+              for key in LABEL_KEYS}
+    return tf.data.Dataset.from_tensors((features, labels)).repeat()
+
+
+def _synthetic_row(rng, seq_length, max_predictions, vocab_size):
+    length = seq_length if rng.random() >= SHORT_SEQ_PROB else int(rng.integers(min(5, seq_length),
+                                                                                seq_length + 1))
+    ids = np.zeros(seq_length, np.int64)
+    ids[:length] = rng.integers(0, vocab_size, length)
+    mask = (np.arange(seq_length) < length).astype(np.int64)
+    segments = ((np.arange(seq_length) >= length // 2) & (mask == 1)).astype(np.int64)
+    count = min(max_predictions, max(1, round(length * MASKED_LM_PROB)), max(1, length - 1))
+    positions = np.zeros(max_predictions, np.int64)
+    positions[:count] = np.sort(rng.choice(np.arange(1, max(2, length)), count, replace=False))
+    weights = (np.arange(max_predictions) < count).astype(np.float32)
+    labels = np.where(weights > 0, rng.integers(0, vocab_size, max_predictions), 0)
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": segments, "masked_lm_positions": positions,
+            "masked_lm_ids": labels, "masked_lm_weights": weights,
+            "next_sentence_labels": rng.integers(0, 2, 1)}
+
+
+def _check_sharding(batch, rank, world_size):
+    if batch < 1:
+        raise ValueError(f"batch must be positive, got {batch}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in a world of size {world_size}")
+
+
+def _read_tfrecords(path):
+    return tf.data.TFRecordDataset(path, buffer_size=8 * 1024 * 1024)
+
+
+def _finish(records, info, batch, drop_remainder):
+    # Parsing whole batches is several times faster than one record at a time.
+    parse = functools.partial(parse_batch, seq_length=info.seq_length, max_predictions=info.max_predictions)
+    batches = records.batch(batch, drop_remainder=drop_remainder)
+    batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    # Records are already split by Horovod rank; a tf.distribute strategy must not split them again.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return batches.with_options(options)
+
+
+def parse_batch(records, seq_length=MLPERF_SEQ_LENGTH, max_predictions=MLPERF_MAX_PREDICTIONS):
+    """Serialized records [B] -> (features, labels) dicts; ints become int32, as in the reference."""
+    parsed = tf.io.parse_example(records, feature_spec(seq_length, max_predictions))
+    parsed = {key: tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
+              for key, value in parsed.items()}
+    return {key: parsed[key] for key in FEATURE_KEYS}, {key: parsed[key] for key in LABEL_KEYS}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Turning TensorFlow errors into one-line messages
+
+_FEATURE_IN_ERROR = re.compile(r"(?:Feature|Key): (\w+)")
+_OUT_OF_VOCAB = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
+
+
+def describe_data_error(err: Exception, info: DatasetInfo) -> str | None:
+    """One line naming the file and feature behind a TensorFlow error reading `info`; None if unrelated.
+
+    TensorFlow's messages name neither the file nor the record, so this reads the files (up to
+    SCAN_BUDGET_BYTES, eval set first) to find the first one at fault.
+    """
+    if not isinstance(err, tf.errors.OpError):
+        return None
+    text = _tf_message(err)
+    hint = f"`python -m models.bert.data_cli check --data-dir {info.data_dir}` samples every split"
+    if isinstance(err, tf.errors.DataLossError):
+        culprit = _first_bad_file(info)
+        if culprit:
+            return f"corrupt or truncated TFRecord {culprit[0]}: {culprit[1]}"
+        return f"corrupt or truncated TFRecord under {info.data_dir}: {text} ({hint})"
+    if isinstance(err, tf.errors.NotFoundError) and info.data_dir in text:
+        return f"TFRecord file vanished while reading {info.data_dir}: {text}"
+    if not isinstance(err, tf.errors.InvalidArgumentError):
+        return None
+    out_of_vocab = _OUT_OF_VOCAB.search(text)
+    if out_of_vocab:
+        return (f"vocabulary/config mismatch: token id {out_of_vocab.group(1)} in {info.data_dir} is not "
+                f"below the model's vocab_size {out_of_vocab.group(2)}")
+    feature = _FEATURE_IN_ERROR.search(text)
+    if not feature or feature.group(1) not in feature_spec():
+        return None
+    culprit = _first_bad_file(info)
+    if culprit:
+        return f"malformed record in {culprit[0]}: {culprit[1]}"
+    return f"malformed record (feature {feature.group(1)}) under {info.data_dir}: {text} ({hint})"
+
+
+@functools.lru_cache(maxsize=4)
+def _first_bad_file(info):
+    """(path, problem) of the first file that does not parse, or None; the session asks more than once."""
+    spent = 0
+    for path in info.eval_files + info.train_files:
+        problem = _file_problem(path, info.seq_length, info.max_predictions)
+        if problem:
+            return path, problem
+        spent += tf.io.gfile.stat(path).length
+        if spent > SCAN_BUDGET_BYTES:
+            return None
+    return None
+
+
+def _file_problem(path, seq_length, max_predictions, limit=None):
+    """The first record of `path` (up to `limit` records) that does not parse, as a phrase; or None."""
+    spec = feature_spec(seq_length, max_predictions)
+    records = tf.data.TFRecordDataset(path)
+    if limit is not None:
+        records = records.take(limit)
+    seen = 0
+    try:
+        for batch in records.batch(512):
+            try:
+                tf.io.parse_example(batch, spec)
+            except tf.errors.InvalidArgumentError:
+                for offset, record in enumerate(batch.numpy()):
+                    problem = _record_schema_problem(record, seq_length, max_predictions)
+                    if problem:
+                        return f"record {seen + offset}: {problem}"
+            seen += int(batch.shape[0])
+    except tf.errors.OpError as err:
+        return f"unreadable after {seen} records: {_tf_message(err)}"
+    return None
+
+
+def _tf_message(err):
+    text = getattr(err, "message", None) or str(err)
+    text = re.sub(r"\{\{[^}]*\}\}", " ", text)  # {{function_node ...}} prefixes
+    text = re.sub(r"\[\[.*?\]\]", " ", text, flags=re.S)  # [[{{node ...}}]] graph locations
+    text = re.sub(r"\[Op:[^\]]*\]", " ", text)
+    text = re.sub(r"Error in user-defined function passed to \w+:\d+ transformation with iterator: "
+                  r"[\w:]+: ", "", text)
+    text = re.sub(r"\bname:\s*$", " ", text.strip())
+    return _one_line(text)
+
+
+def _one_line(text, limit=300):
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Vocabulary and token-id checks
+
+
+def vocab_problem(vocab_path: str, vocab_size: int) -> str | None:
+    """A line when `vocab_path` is missing or its line count differs from the model's vocab_size."""
+    try:
+        with tf.io.gfile.GFile(vocab_path, "r") as f:
+            lines = sum(1 for _ in f)
+    except tf.errors.NotFoundError:
+        return f"vocabulary file not found: {vocab_path}"
+    except (tf.errors.OpError, UnicodeDecodeError) as err:
+        return f"cannot read {vocab_path}: {_one_line(str(err))}"
+    if lines != vocab_size:
+        return (f"vocabulary/config mismatch: {vocab_path} has {lines} tokens but the model config's "
+                f"vocab_size is {vocab_size}")
+    return None
+
+
+def token_id_problem(info: DatasetInfo, vocab_size: int, sample: int = 256) -> str | None:
+    """A line naming the file when a sampled record (train and eval) holds a token id >= vocab_size."""
+    for path, records in _sample_records(info.train_files, sample) + _sample_records(info.eval_files, sample):
+        for number, record in enumerate(records):
+            ids = _int_values(record, "input_ids") + _int_values(record, "masked_lm_ids")
+            if ids and (max(ids) >= vocab_size or min(ids) < 0):
+                bad = max(ids) if max(ids) >= vocab_size else min(ids)
+                return (f"vocabulary/config mismatch: {path} record {number} holds token id {bad}, outside "
+                        f"the model's vocab_size {vocab_size} (does bert_config.json go with this data?)")
+    return None
+
+
+def _sample_records(files, sample, max_files=8):
+    """[(path, [serialized records])] for about `sample` records from the heads of up to `max_files` files."""
+    if sample <= 0 or not files:
+        return []
+    # The first and last files and some between: a mixed-up set usually differs across its range.
+    picks = sorted({round(i * (len(files) - 1) / max(1, max_files - 1)) for i in range(max_files)})
+    per_file = math.ceil(sample / len(picks))
+    sampled = []
+    for index in picks:
+        try:
+            records = [r.numpy() for r in tf.data.TFRecordDataset(files[index]).take(per_file)]
+        except tf.errors.OpError:
+            records = []  # unreadable files are reported by the checks that read them in full
+        sampled.append((files[index], records))
+    return sampled
+
+
+def _int_values(serialized, name):
+    try:
+        feature = tf.train.Example.FromString(serialized).features.feature
+    except Exception:  # protobuf's DecodeError has no stable import path across versions
+        return []
+    return list(feature[name].int64_list.value) if name in feature else []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pre-flight checks of a data directory and of the phase-1 checkpoint
+
+
+def check_mlperf_dataset(data_dir: str, sample_records: int = 256, notes: list | None = None) -> list[str]:
+    """Problems that would stop or invalidate a run on `data_dir` (empty when none), one line each.
+
+    Without dataset.json the MLPerf rules apply: 512/76 records, eval set of exactly 10,000 records
+    (eval_10k of the reference's size), training shards part-NNNNN-of-00500. With it (generated data) the
+    lengths and counts it declares apply instead. Which rules applied, and warnings that are not
+    problems (a re-packed training set), are appended to `notes`.
+    """
+    notes = [] if notes is None else notes
+    if not tf.io.gfile.isdir(data_dir):
+        raise DataError(f"data directory not found: {data_dir}")
+    problems = []
+    try:
+        meta = _read_metadata(data_dir)
+    except DataError as err:
+        return [str(err)]
+    seq_length, max_predictions = ((meta["seq_length"], meta["max_predictions"]) if meta
+                                   else (MLPERF_SEQ_LENGTH, MLPERF_MAX_PREDICTIONS))
+    vocab_size = (meta or {}).get("vocab_size") or (None if meta else MLPERF_VOCAB_SIZE)
+    notes.append(_rules_note(data_dir, meta, seq_length, max_predictions))
+    splits = {}
+    for split in (TRAIN_DIR, EVAL_DIR):
+        splits[split] = _list_split(data_dir, split)
+        if not splits[split]:
+            where = os.path.join(data_dir, split)
+            found = ("directory not found" if splits[split] is None
+                     else "no TFRecord files (part-NNNNN-of-NNNNN, eval_10k or *.tfrecord*)")
+            problems.append(f"{where}: {found}")
+    train_files, eval_files = splits[TRAIN_DIR] or (), splits[EVAL_DIR] or ()
+    problems += _train_layout_problems(data_dir, train_files, meta, notes)
+    problems += _eval_problems(data_dir, eval_files, meta, seq_length, max_predictions)
+    if meta and train_files:
+        count = _count_or_problem(train_files, problems)
+        if count is not None and count != meta["train_records"]:
+            problems.append(f"{os.path.join(data_dir, TRAIN_DIR)}: {count} training records, "
+                            f"{os.path.join(data_dir, METADATA_FILE)} declares {meta['train_records']}")
+    sampled = _sample_records(train_files, sample_records) + _sample_records(eval_files, sample_records)
+    for path, records in sampled:
+        problems += _sampled_record_problems(path, records, seq_length, max_predictions, vocab_size)
+    return problems
+
+
+def _rules_note(data_dir, meta, seq_length, max_predictions):
+    if meta:
+        return (f"rules: generated data ({os.path.join(data_dir, METADATA_FILE)}): {seq_length} tokens, "
+                f"{max_predictions} predictions, {meta['train_records']} training and {meta['eval_records']} "
+                f"eval records as declared")
+    return (f"rules: MLPerf reference data: {MLPERF_SEQ_LENGTH} tokens, {MLPERF_MAX_PREDICTIONS} "
+            f"predictions, vocab_size {MLPERF_VOCAB_SIZE}, exactly {MLPERF_EVAL_RECORDS} eval records")
+
+
+def _count_or_problem(files, problems):
+    try:
+        return _count_records(files)
+    except DataError as err:
+        problems.append(str(err))
+        return None
+
+
+def _train_layout_problems(data_dir, files, meta, notes):
+    """Missing shards of a numbered set; a layout other than the reference's 500 shards is only a note."""
+    if not files:
+        return []
+    numbered = {}
+    for path in files:
+        match = _SHARD_NAME.match(os.path.basename(path))
+        if match:
+            numbered.setdefault(int(match.group(2)), set()).add(int(match.group(1)))
+    problems = []
+    for total, seen in sorted(numbered.items()):
+        missing = sorted(set(range(total)) - seen)
+        if missing:
+            names = ", ".join(_shard_name(i, total) for i in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            problems.append(f"{os.path.join(data_dir, TRAIN_DIR)}: missing shards {names}{more}")
+    reference = set(numbered) == {MLPERF_TRAIN_SHARDS} and len(files) == MLPERF_TRAIN_SHARDS
+    if not meta and not reference and not problems:
+        notes.append(f"warning: {os.path.join(data_dir, TRAIN_DIR)} holds {len(files)} training files, not "
+                     f"the reference's {MLPERF_TRAIN_SHARDS} part-NNNNN-of-{MLPERF_TRAIN_SHARDS:05d} shards: "
+                     f"fine if re-packed from them (MLPerf allows re-sharding), but not checked against them")
+    return problems
+
+
+def _eval_problems(data_dir, files, meta, seq_length, max_predictions):
+    if not files:
+        return []
+    problems = []
+    count = _count_or_problem(files, problems)
+    folder = os.path.join(data_dir, EVAL_DIR)
+    expected = meta["eval_records"] if meta else MLPERF_EVAL_RECORDS
+    if count is not None and count != expected:
+        source = f"{os.path.join(data_dir, METADATA_FILE)} declares" if meta else "MLPerf requires"
+        problems.append(f"{folder}: {count} eval records, {source} {expected}")
+    if not meta and count == MLPERF_EVAL_RECORDS and len(files) == 1:
+        size = tf.io.gfile.stat(files[0]).length
+        if size != MLPERF_EVAL_BYTES:
+            problems.append(f"{files[0]}: {size:,} bytes, the reference's eval_10k has "
+                            f"{MLPERF_EVAL_BYTES:,}: other samples (the reference makes it with "
+                            f"create_pretraining_data.py --random_seed=12345 and pick_eval_samples.py)")
+    for path in files:
+        problem = _file_problem(path, seq_length, max_predictions)
+        if problem and "unreadable" not in problem:  # unreadable files were reported by the count
+            problems.append(f"{path}: {problem}")
+    return problems
+
+
+def _sampled_record_problems(path, records, seq_length, max_predictions, vocab_size, limit=3):
+    problems = []
+    for number, record in enumerate(records):
+        problem = (_record_schema_problem(record, seq_length, max_predictions)
+                   or _record_value_problem(record, seq_length, vocab_size))
+        if problem:
+            problems.append(f"{path}: record {number}: {problem}")
+            if len(problems) == limit:
+                break
+    return problems
+
+
+def _record_value_problem(serialized, seq_length, vocab_size):
+    """Values outside what the model accepts (token ids, positions, 0/1 masks and labels), or None."""
+    features = tf.train.Example.FromString(serialized).features.feature
+    values = {name: np.asarray(getattr(features[name], features[name].WhichOneof("kind")).value)
+              for name in feature_spec(1, 1)}
+    binary = ("input_mask", "segment_ids", "masked_lm_weights", "next_sentence_labels")
+    for name in binary:
+        if not np.isin(values[name], (0, 1)).all():
+            return f"{name} holds values other than 0 and 1"
+    if ((values["masked_lm_positions"] < 0) | (values["masked_lm_positions"] >= seq_length)).any():
+        return f"masked_lm_positions outside 0..{seq_length - 1}"
+    for name in ("input_ids", "masked_lm_ids"):
+        if (values[name] < 0).any() or (vocab_size and (values[name] >= vocab_size).any()):
+            return (f"vocabulary/config mismatch: {name} holds token id {int(values[name].max())}, "
+                    f"outside vocab_size {vocab_size}")
+    return None
+
+
+def checkpoint_layout(ckpt_dir: str) -> dict:
+    """{file name: path} of the phase-1 checkpoint in `ckpt_dir`; the TF1 files may sit in tf1_ckpt/."""
+    nested = os.path.join(ckpt_dir, "tf1_ckpt")
+    index = f"model.ckpt-{CHECKPOINT_STEP}.index"
+    ckpt_folder = nested if (not tf.io.gfile.exists(os.path.join(ckpt_dir, index))
+                             and tf.io.gfile.exists(os.path.join(nested, index))) else ckpt_dir
+    return {name: os.path.join(ckpt_dir if name in (CONFIG_FILE, VOCAB_FILE) else ckpt_folder, name)
+            for name in CHECKPOINT_FILES}
+
+
+def check_checkpoint_dir(ckpt_dir: str, verify_md5: bool = True) -> list[str]:
+    """Problems with the MLPerf phase-1 checkpoint in `ckpt_dir`, one line each (empty when none).
+
+    Checks that the files are there with the reference's sizes and MD5s, that vocab.txt has vocab_size
+    lines, and that the checkpoint holds every variable of bert_config.json's model with the right shape.
+    """
+    if not tf.io.gfile.isdir(ckpt_dir):
+        raise DataError(f"checkpoint directory not found: {ckpt_dir}")
+    paths = checkpoint_layout(ckpt_dir)
+    problems = [f"missing {path}" for path in paths.values() if not tf.io.gfile.exists(path)]
+    for name, path in paths.items():
+        if tf.io.gfile.exists(path):
+            problems += _digest_problems(path, *CHECKPOINT_FILES[name], verify_md5)
+    if not tf.io.gfile.exists(paths[CONFIG_FILE]):
+        return problems
+    from models.bert.model import BertConfig  # another module's model code, needed only here
+
+    try:
+        config = BertConfig.from_json_file(paths[CONFIG_FILE])
+    except (ValueError, OSError) as err:
+        return problems + [_one_line(str(err))]
+    if tf.io.gfile.exists(paths[VOCAB_FILE]):
+        problem = vocab_problem(paths[VOCAB_FILE], config.vocab_size)
+        problems += [problem] if problem else []
+    prefix = paths[f"model.ckpt-{CHECKPOINT_STEP}.index"][:-len(".index")]
+    if tf.io.gfile.exists(prefix + ".index"):
+        from models.bert.checkpoint import checkpoint_problems
+
+        problems += checkpoint_problems(prefix, config)
+    return problems
+
+
+def _digest_problems(path, size, md5, verify_md5):
+    found = tf.io.gfile.stat(path).length
+    if found != size:
+        return [f"{path}: {found:,} bytes, the reference's file has {size:,}"]
+    found = file_md5(path) if verify_md5 else md5
+    return [f"{path}: MD5 {found}, the reference's is {md5}"] if found != md5 else []
+
+
+def file_md5(path: str) -> str:
+    """Hex MD5 of a file, read in 8 MB pieces (4 GB take about ten seconds)."""
+    digest = hashlib.md5()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Writing records
+
+
+def _example(tokens, segment_ids, positions, labels, next_is_random, seq_length, max_predictions):
+    """One record laid out exactly as create_pretraining_data.py writes it (padding with zeros)."""
+    def ints(values, length):
+        return tf.train.Feature(int64_list=tf.train.Int64List(
+            value=list(values) + [0] * (length - len(values))))
+
+    count = len(positions)
+    weights = [1.0] * count + [0.0] * (max_predictions - count)
+    feature = {
+        "input_ids": ints(tokens, seq_length),
+        "input_mask": ints([1] * len(tokens), seq_length),
+        "segment_ids": ints(segment_ids, seq_length),
+        "masked_lm_positions": ints(positions, max_predictions),
+        "masked_lm_ids": ints(labels, max_predictions),
+        "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(value=weights)),
+        "next_sentence_labels": ints([int(next_is_random)], 1),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _shard_name(index, count):
+    return f"part-{index:05d}-of-{count:05d}"
+
+
+def _split_evenly(items, count):
+    bounds = np.linspace(0, len(items), count + 1).astype(int)
+    return [items[bounds[i]:bounds[i + 1]] for i in range(count)]
+
+
+@contextlib.contextmanager
+def _staged_output(out_dir):
+    """Yields a scratch directory that becomes `out_dir` only if the block succeeds."""
+    out_dir = os.path.abspath(out_dir)
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise DataError(f"output directory is not empty: {out_dir}")
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
+    try:
+        yield staging
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)
+        # One rename, so a crash never leaves a half-written dataset under the real name.
+        os.rename(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_json(path, fields):
+    with open(path, "w") as f:
+        json.dump(fields, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def _write_split(folder, records, shards):
+    os.makedirs(folder)
+    for index, chunk in enumerate(_split_evenly(records, shards)):
+        with tf.io.TFRecordWriter(os.path.join(folder, _shard_name(index, shards))) as writer:
+            for record in chunk:
+                writer.write(record)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A small learnable dataset
+#
+# Words come in topics of TOPIC_WORDS; each topic's words form a cycle, and a document walks the cycle of
+# its topic: the next word is the successor, except that a document lingers on its own favourite word (it
+# repeats it with probability LINGER) and that NOISE of the steps jump to a random word of the topic. So a
+# masked word is predictable from its neighbours (the successor rule), and, less well, from the words of
+# its segment alone (the favourite word dominates). A tiny BERT learns the second within a few hundred
+# steps; positional rules take it longer. A random next sentence comes from another topic.
+
+TOPIC_WORDS = 3
+LINGER = 0.8
+NOISE = 0.1
+_CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+
+
+def _topics(rng, vocab_size):
+    """The topics: word ids, each topic in successor order."""
+    words = rng.permutation(np.arange(len(SPECIAL_TOKENS), vocab_size))
+    return tuple(np.asarray(t) for t in np.array_split(words, max(1, len(words) // TOPIC_WORDS)))
+
+
+def _document(rng, cycle, length):
+    """`length` words walking `cycle` from a random word, lingering on a random favourite."""
+    favourite = rng.integers(len(cycle))
+    jumps, stays = rng.random(length) < NOISE, rng.random(length) < LINGER
+    targets = rng.integers(0, len(cycle), length)
+    index, out = rng.integers(len(cycle)), np.empty(length, np.int64)
+    for n in range(length):
+        out[n] = cycle[index]
+        if jumps[n]:
+            index = targets[n]
+        elif not (index == favourite and stays[n]):
+            index = (index + 1) % len(cycle)
+    return out
+
+
+def _word(index):
+    """A pronounceable word for an index: two or more consonant-vowel syllables."""
+    syllables = [c + v for c in _CONSONANTS for v in _VOWELS]
+    parts = []
+    while index or len(parts) < 2:
+        index, digit = divmod(index, len(syllables))
+        parts.append(syllables[digit])
+    return "".join(reversed(parts))
+
+
+def _instance(rng, topics, seq_length, max_predictions, vocab_size):
+    """(tokens, segment ids, masked positions, original ids, next-is-random) for one record."""
+    max_tokens = seq_length - 3  # [CLS] A [SEP] B [SEP]
+    total = max_tokens if rng.random() >= SHORT_SEQ_PROB else int(rng.integers(2, max_tokens + 1))
+    a_length = int(rng.integers(1, total))
+    topic = int(rng.integers(len(topics)))
+    text = _document(rng, topics[topic], total)
+    first, second = text[:a_length], text[a_length:]
+    next_is_random = bool(rng.random() < 0.5)
+    if next_is_random:
+        # A different document, from another topic when there is one, as the reference picks another one.
+        other = (topic + int(rng.integers(1, len(topics)))) % len(topics) if len(topics) > 1 else topic
+        second = _document(rng, topics[other], total - a_length)
+    tokens = np.concatenate([[CLS_ID], first, [SEP_ID], second, [SEP_ID]]).astype(np.int64)
+    segments = np.zeros(len(tokens), np.int64)
+    segments[a_length + 2:] = 1
+    positions, labels = _mask(rng, tokens, max_predictions, vocab_size)
+    return tokens, segments, positions, labels, next_is_random
+
+
+def _mask(rng, tokens, max_predictions, vocab_size):
+    """create_pretraining_data.py's masking: 15 % of the words, 80 % [MASK], 10 % random, 10 % kept."""
+    candidates = np.flatnonzero((tokens != CLS_ID) & (tokens != SEP_ID))
+    count = min(max_predictions, max(1, int(round(len(tokens) * MASKED_LM_PROB))), len(candidates))
+    positions = np.sort(rng.permutation(candidates)[:count])
+    labels = tokens[positions].copy()
+    for position in positions:
+        if rng.random() < 0.8:
+            tokens[position] = MASK_ID
+        elif rng.random() >= 0.5:
+            tokens[position] = rng.integers(0, vocab_size)  # the reference draws from the whole vocabulary
+    return positions, labels
+
+
+def write_learnable_dataset(out_dir, *, vocab_size=128, seq_length=128, max_predictions=20,
+                            train_records=4096, eval_records=512, train_shards=4, eval_shards=2,
+                            seed=0) -> DatasetInfo:
+    """Writes train/ and eval/ TFRecords in the MLPerf format, vocab.txt, a tiny bert_config.json and
+    dataset.json, whose text a small BERT learns in minutes; deterministic per seed, written atomically.
+
+    dataset.json records two masked-LM accuracies on the eval set: always predicting the most common
+    masked word, and a rule that predicts from the left (else right) neighbour with the word pairs
+    counted in the training text. A model that learned the task beats the first by far.
+    """
+    _check_learnable_args(vocab_size, seq_length, max_predictions, train_records, eval_records,
+                          train_shards, eval_shards)
+    rng = np.random.default_rng(seed)
+    topics = _topics(rng, vocab_size)
+    train = [_instance(rng, topics, seq_length, max_predictions, vocab_size) for _ in range(train_records)]
+    evals = [_instance(rng, topics, seq_length, max_predictions, vocab_size) for _ in range(eval_records)]
+    stats = _learnability(train, evals, vocab_size)
+
+    def serialize(instances):
+        return [_example(*instance, seq_length, max_predictions) for instance in instances]
+
+    with _staged_output(out_dir) as staging:
+        _write_split(os.path.join(staging, TRAIN_DIR), serialize(train), train_shards)
+        _write_split(os.path.join(staging, EVAL_DIR), serialize(evals), eval_shards)
+        with open(os.path.join(staging, VOCAB_FILE), "w") as f:
+            f.writelines(f"{token}\n" for token in _vocabulary(vocab_size))
+        _write_json(os.path.join(staging, CONFIG_FILE), tiny_bert_config(vocab_size, seq_length))
+        _write_json(os.path.join(staging, METADATA_FILE), {
+            "source": "learnable", "format": "MLPerf BERT pretraining TFRecords", "seed": seed,
+            "seq_length": seq_length, "max_predictions": max_predictions, "vocab_size": vocab_size,
+            "train_records": train_records, "eval_records": eval_records, "train_shards": train_shards,
+            "eval_shards": eval_shards, "masked_lm_prob": MASKED_LM_PROB, "short_seq_prob": SHORT_SEQ_PROB,
+            "noise": NOISE, "linger": LINGER, "topics": len(topics), "vocab_file": VOCAB_FILE,
+            "bert_config_file": CONFIG_FILE, **stats})
+    return dataset_info(out_dir)
+
+
+def _check_learnable_args(vocab_size, seq_length, max_predictions, train_records, eval_records,
+                          train_shards, eval_shards):
+    if not 16 <= vocab_size <= 100000:
+        raise DataError(f"vocab size {vocab_size} is out of range 16..100000")
+    if seq_length < 8:
+        raise DataError(f"seq length {seq_length} is too short; use at least 8")
+    if not 1 <= max_predictions <= seq_length - 3:
+        raise DataError(f"max predictions {max_predictions} must be between 1 and seq length - 3")
+    if train_records < 1 or eval_records < 1:
+        raise DataError("train records and eval records must both be at least 1")
+    if not 1 <= train_shards <= train_records:
+        raise DataError(f"train shards must be between 1 and the {train_records} training records")
+    if not 1 <= eval_shards <= eval_records:
+        raise DataError(f"eval shards must be between 1 and the {eval_records} eval records")
+
+
+def _vocabulary(vocab_size):
+    return list(SPECIAL_TOKENS) + [_word(i) for i in range(vocab_size - len(SPECIAL_TOKENS))]
+
+
+def tiny_bert_config(vocab_size, seq_length) -> dict:
+    """A 2-layer, 64-wide bert_config.json (the reference's keys) that fits the generated data."""
+    return {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+            "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 256,
+            "max_position_embeddings": seq_length, "num_attention_heads": 2, "num_hidden_layers": 2,
+            "type_vocab_size": 2, "vocab_size": vocab_size}
+
+
+def _learnability(train, evals, vocab_size):
+    """Eval masked-LM accuracy of three simple predictors, weighted as the MLPerf metric."""
+    tables = _context_tables(train, vocab_size)
+    masked = np.concatenate([labels for _, _, _, labels, _ in evals])
+    majority = int(np.bincount(masked, minlength=vocab_size).argmax())
+    neighbour = segment = 0
+    for tokens, segments, positions, labels, _ in evals:
+        for position, label in zip(positions, labels):
+            neighbour += _neighbour_guess(tokens, position, tables, majority) == label
+            segment += _segment_guess(tokens, segments, position, majority) == label
+    return {"eval_masked_tokens": int(len(masked)), "majority_token": _vocabulary(vocab_size)[majority],
+            "majority_baseline_accuracy": round(float(np.mean(masked == majority)), 4),
+            "context_rule": "the word seen most often between the same two neighbours in the training text "
+                            "(else after the left one, else before the right one, else the majority word)",
+            "context_rule_accuracy": round(int(neighbour) / len(masked), 4),
+            "segment_rule": "the most frequent other word of the masked position's segment",
+            "segment_rule_accuracy": round(int(segment) / len(masked), 4),
+            "next_sentence_random_fraction": round(float(np.mean([e[4] for e in evals])), 4)}
+
+
+def _context_tables(train, vocab_size):
+    """({left * V + right: word}, {left: word}, {right: word}, V): the most frequent word at each such spot
+    in the unmasked training text."""
+    lefts, centres, rights = [], [], []
+    for tokens, _, positions, labels, _ in train:
+        text = tokens.copy()
+        text[positions] = labels
+        lefts.append(text[:-2])
+        centres.append(text[1:-1])
+        rights.append(text[2:])
+    left, centre, right = (np.concatenate(parts) for parts in (lefts, centres, rights))
+    first_word = len(SPECIAL_TOKENS)
+    words = centre >= first_word
+    both = words & (left >= first_word) & (right >= first_word)
+    after, before = words & (left >= first_word), words & (right >= first_word)
+    return (_most_common(left[both] * vocab_size + right[both], centre[both], vocab_size),
+            _most_common(left[after], centre[after], vocab_size),
+            _most_common(right[before], centre[before], vocab_size), vocab_size)
+
+
+def _most_common(keys, values, vocab_size):
+    """{key: the value seen most often with it}."""
+    pairs, counts = np.unique(keys * vocab_size + values, return_counts=True)
+    order = np.lexsort((-counts, pairs // vocab_size))  # by key, most frequent first
+    best = {}
+    for pair in pairs[order]:
+        best.setdefault(int(pair // vocab_size), int(pair % vocab_size))
+    return best
+
+
+def _neighbour_guess(tokens, position, tables, majority):
+    both, after, before, vocab_size = tables
+    first_word = len(SPECIAL_TOKENS)
+    left = int(tokens[position - 1])
+    right = int(tokens[position + 1]) if position + 1 < len(tokens) else -1
+    if left >= first_word and right >= first_word and left * vocab_size + right in both:
+        return both[left * vocab_size + right]
+    if left >= first_word and left in after:
+        return after[left]
+    if right >= first_word and right in before:
+        return before[right]
+    return majority
+
+
+def _segment_guess(tokens, segments, position, majority):
+    words = (tokens >= len(SPECIAL_TOKENS)) & (segments == segments[position])
+    words[position] = False
+    return np.bincount(tokens[words]).argmax() if words.any() else majority
