@@ -112,7 +112,7 @@ def dataset_info(data_dir: str, seq_length: int = MLPERF_SEQ_LENGTH,
     """Finds `data_dir`/train and /eval, reads dataset.json (its lengths win) and checks the first records."""
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"data directory not found: {data_dir}")
-    meta = _read_metadata(data_dir)
+    meta = read_metadata(data_dir)
     train_files = _split_files(data_dir, TRAIN_DIR)
     eval_files = _split_files(data_dir, EVAL_DIR)
     if meta is not None:
@@ -171,7 +171,8 @@ def _split_files(data_dir, split):
     return files
 
 
-def _read_metadata(data_dir):
+def read_metadata(data_dir) -> dict | None:
+    """dataset.json of `data_dir` (None when absent), checked field by field."""
     path = os.path.join(data_dir, METADATA_FILE)
     if not tf.io.gfile.exists(path):
         return None
@@ -517,7 +518,7 @@ def check_mlperf_dataset(data_dir: str, sample_records: int = 256, notes: list |
         raise DataError(f"data directory not found: {data_dir}")
     problems = []
     try:
-        meta = _read_metadata(data_dir)
+        meta = read_metadata(data_dir)
     except DataError as err:
         return [str(err)]
     seq_length, max_predictions = ((meta["seq_length"], meta["max_predictions"]) if meta
