@@ -503,7 +503,8 @@ def system_description(sweep, scale, logs, env):
     if all(_is_local(host.name) for host in scale.hosts):
         desc.update(local_host_facts())
     desc.update(sweep.system_info)
-    return desc
+    # Strings throughout, as in published systems files: the checker joins some fields as text.
+    return {key: str(value) for key, value in desc.items()}
 
 
 # ---- running ----

@@ -153,6 +153,29 @@ def test_assess_warns_only_below_the_threshold():
     assert len(banner) == 5 and banner[1] == "!! " + BANNER and banner[0] == banner[-1] == "!" * 100
 
 
+def test_expectation_comes_from_the_profile_for_the_node_count():
+    from suite import profiles
+    oci = profiles.load("oci-bm-gpu-gm4-8")
+    assert ar.expectation(None, oci, 2) == (185.0, "profile oci-bm-gpu-gm4-8, 2 nodes")
+    value, why = ar.expectation(None, oci, 4)
+    assert value is None and "no expected busbw for 4 nodes" in why and "node counts: 2" in why
+    # The flag wins over the profile; without either there is nothing to compare.
+    assert ar.expectation(150.0, oci, 2) == (150.0, "--expect-busbw")
+    assert ar.expectation(None, None, 2) == (None, None)
+
+
+def test_the_launcher_hands_the_benchmark_its_profile():
+    from suite import profiles
+    path = profiles.load("local-cpu").path
+    launch = [sys.executable, "-m", "suite.launch", "--hostfile", "hostfiles/localhost", "--profile",
+              "local-cpu", "--dry-run", "--", "suite.allreduce", "--max-bytes", "1M"]
+    command = run(launch, timeout=60).stdout.splitlines()[0].split()
+    assert command[-3:] == ["1M", "--profile", path]
+    # A profile given to the benchmark itself is left as it is.
+    command = run(launch + ["--profile=tcp-only"], timeout=60).stdout.splitlines()[0].split()
+    assert command[-1] == "--profile=tcp-only" and path not in command
+
+
 # ---- real runs ----
 
 @pytest.mark.slow
@@ -218,6 +241,7 @@ def test_single_process_has_no_bus_bandwidth(tmp_path):
     (["--dtype", "int8"], "--dtype"),
     (["--expect-busbw", "-5"], "--expect-busbw"),
     (["--frobnicate"], "unrecognized arguments"),
+    (["--profile", "oci-gm4"], "--profile: unknown profile 'oci-gm4'"),
 ])
 def test_bad_flags_give_one_line_and_exit_2(args, culprit):
     result = bench(*args)
@@ -248,3 +272,22 @@ def test_unusable_json_path_stops_every_rank_before_measuring(tmp_path):
     errors = [line for line in our_lines(result.stderr) if line.startswith("error:")]
     assert len(errors) == 1 and "--json" in errors[0], result.stderr[-2000:]
     assert "algbw" not in result.stdout
+
+
+@pytest.mark.slow
+def test_profile_expectation_through_the_launcher(tmp_path):
+    """A profile that expects far more than loopback gives: the warning names the profile and node count."""
+    profile = tmp_path / "slow-net.yaml"
+    profile.write_text("name: slow-net\nversion: 1\ndescription: test\ngpus_per_node: 0\n"
+                       "expected_busbw_gbps: {1: 100000}\n")
+    out = tmp_path / "out.json"
+    result = run([sys.executable, "-m", "suite.launch", "--hostfile", "hostfiles/localhost", "-np", "2",
+                  "--profile", str(profile), "--", "suite.allreduce", *SMALL, "--json", str(out)],
+                 timeout=LAUNCH_TIMEOUT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data = read_json(out)
+    assert_consistent(data, 2)
+    assert data["expected_busbw_gbps"] == 100000.0 and data["profile"]["name"] == "slow-net"
+    assert data["expected_busbw_source"] == "profile slow-net, 1 node"
+    assert data["expectation"]["status"] == "below expectation"
+    assert BANNER in result.stderr
