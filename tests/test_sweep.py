@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import read_json, run, subprocess_env
+from conftest import REPO, read_json, run, subprocess_env
 from test_launch_cli import OCI_ENV, node_hostfile
 from suite import hostfile, profiles, sweep
 
@@ -172,6 +172,23 @@ def test_remote_nodes_need_a_system_description(tmp_path):
     info.write_text("host_processor_model_name: EPYC\n")
     one_line_error(sweep_cli(*base, "--system-info", str(info), *MODEL), "lacks", "host_memory_capacity")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_shipped_system_info_must_be_filled_in(tmp_path):
+    shipped = os.path.join(REPO, "docs", "system-info", "oci-bm-gpu-gm4-8.yaml")
+    base = ["--out", str(tmp_path / "out"), "--hostfiles", node_hostfile(tmp_path, 2), "--preset",
+            "closed_16xA100_gbs3264", *OCI, "--skip-host-check"]
+    one_line_error(sweep_cli(*base, "--system-info", shipped, *MODEL), "host_processors_per_node",
+                   "REPLACE-ME")
+    filled = tmp_path / "gm4.yaml"
+    with open(shipped) as handle:
+        filled.write_text(re.sub(r"REPLACE-ME", "2", handle.read()))
+    args, passthrough, model = sweep.parse([*base, "--system-info", str(filled), *MODEL])
+    plan = sweep.plan_sweep(args, passthrough, model)  # plans, runs nothing
+    assert plan.system_info["accelerator_model_name"] == "NVIDIA A100-SXM4-80GB"
+    desc = sweep.system_description(plan, plan.scales[0], [], {"device": "gpu"})
+    assert (desc["accelerators_per_node"], desc["number_of_nodes"], desc["host_processors_per_node"]) == \
+        ("8", "2", "2")
 
 
 def test_a_folder_that_is_not_a_sweep_is_left_alone(tmp_path):
