@@ -110,6 +110,7 @@ class DatasetInfo:
 def dataset_info(data_dir: str, seq_length: int = MLPERF_SEQ_LENGTH,
                  max_predictions: int = MLPERF_MAX_PREDICTIONS) -> DatasetInfo:
     """Finds `data_dir`/train and /eval, reads dataset.json (its lengths win) and checks the first records."""
+    data_dir = os.fspath(data_dir)
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"data directory not found: {data_dir}")
     meta = read_metadata(data_dir)
@@ -393,9 +394,23 @@ def describe_data_error(err: Exception, info: DatasetInfo) -> str | None:
     return f"malformed record (feature {feature.group(1)}) under {info.data_dir}: {text} ({hint})"
 
 
-@functools.lru_cache(maxsize=4)
 def _first_bad_file(info):
-    """(path, problem) of the first file that does not parse, or None; the session asks more than once."""
+    """(path, problem) of the first file that does not parse, or None."""
+    # The session asks more than once; the modification times make a rewritten file count as new.
+    return _first_bad_file_cached(info, tuple(_stamp(path) for path in info.eval_files + info.train_files))
+
+
+def _stamp(path):
+    try:
+        status = os.stat(path)  # nanoseconds; gfile rounds local times to whole seconds
+        return status.st_mtime_ns, status.st_size
+    except OSError:
+        status = tf.io.gfile.stat(path)  # gs://, s3:// and other remote file systems
+        return status.mtime_nsec, status.length
+
+
+@functools.lru_cache(maxsize=4)
+def _first_bad_file_cached(info, stamps):
     spent = 0
     for path in info.eval_files + info.train_files:
         problem = _file_problem(path, info.seq_length, info.max_predictions)
@@ -513,6 +528,7 @@ def check_mlperf_dataset(data_dir: str, sample_records: int = 256, notes: list |
     lengths and counts it declares apply instead. Which rules applied, and warnings that are not
     problems (a re-packed training set), are appended to `notes`.
     """
+    data_dir = os.fspath(data_dir)
     notes = [] if notes is None else notes
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"data directory not found: {data_dir}")
@@ -657,6 +673,7 @@ def check_checkpoint_dir(ckpt_dir: str, verify_md5: bool = True) -> list[str]:
     Checks that the files are there with the reference's sizes and MD5s, that vocab.txt has vocab_size
     lines, and that the checkpoint holds every variable of bert_config.json's model with the right shape.
     """
+    ckpt_dir = os.fspath(ckpt_dir)
     if not tf.io.gfile.isdir(ckpt_dir):
         raise DataError(f"checkpoint directory not found: {ckpt_dir}")
     paths = checkpoint_layout(ckpt_dir)
