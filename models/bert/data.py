@@ -580,10 +580,8 @@ def _count_or_problem(files, problems):
         return None
 
 
-def _train_layout_problems(data_dir, files, meta, notes):
-    """Missing shards of a numbered set; a layout other than the reference's 500 shards is only a note."""
-    if not files:
-        return []
+def _missing_shard_problems(folder, files):
+    """Shards absent from a numbered set, e.g. part-00002-of-00004 when the other three are there."""
     numbered = {}
     for path in files:
         match = _SHARD_NAME.match(os.path.basename(path))
@@ -595,21 +593,29 @@ def _train_layout_problems(data_dir, files, meta, notes):
         if missing:
             names = ", ".join(_shard_name(i, total) for i in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-            problems.append(f"{os.path.join(data_dir, TRAIN_DIR)}: missing shards {names}{more}")
-    reference = set(numbered) == {MLPERF_TRAIN_SHARDS} and len(files) == MLPERF_TRAIN_SHARDS
-    if not meta and not reference and not problems:
-        notes.append(f"warning: {os.path.join(data_dir, TRAIN_DIR)} holds {len(files)} training files, not "
-                     f"the reference's {MLPERF_TRAIN_SHARDS} part-NNNNN-of-{MLPERF_TRAIN_SHARDS:05d} shards: "
-                     f"fine if re-packed from them (MLPerf allows re-sharding), but not checked against them")
+            problems.append(f"{folder}: missing shards {names}{more}")
+    return problems
+
+
+def _train_layout_problems(data_dir, files, meta, notes):
+    """Missing shards; a layout other than the reference's 500 shards is only a note (re-packing is fine)."""
+    folder = os.path.join(data_dir, TRAIN_DIR)
+    problems = _missing_shard_problems(folder, files)
+    reference = (len(files) == MLPERF_TRAIN_SHARDS
+                 and all(f.endswith(f"-of-{MLPERF_TRAIN_SHARDS:05d}") for f in files))
+    if files and not meta and not reference and not problems:
+        notes.append(f"warning: {folder} holds {len(files)} training files, not the reference's "
+                     f"{MLPERF_TRAIN_SHARDS} part-NNNNN-of-{MLPERF_TRAIN_SHARDS:05d} shards: fine if "
+                     f"re-packed from them (MLPerf allows re-sharding), but not checked against them")
     return problems
 
 
 def _eval_problems(data_dir, files, meta, seq_length, max_predictions):
     if not files:
         return []
-    problems = []
-    count = _count_or_problem(files, problems)
     folder = os.path.join(data_dir, EVAL_DIR)
+    problems = _missing_shard_problems(folder, files)
+    count = _count_or_problem(files, problems)
     expected = meta["eval_records"] if meta else MLPERF_EVAL_RECORDS
     if count is not None and count != expected:
         source = f"{os.path.join(data_dir, METADATA_FILE)} declares" if meta else "MLPerf requires"

@@ -7,7 +7,10 @@ import sys
 
 def main(argv=None) -> int:
     """Runs one subcommand; returns 0 on success, 1 when `check` finds problems, 2 on bad input."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.name == "check" and not (args.data_dir or args.checkpoint_dir):
+        parser.error("check needs --data-dir, --checkpoint-dir or both")
     # Imported here so --help and usage errors do not wait for TensorFlow.
     from models.bert import data
 
@@ -78,9 +81,6 @@ def _generate(args, data):
 
 
 def _check(args, data):
-    if not args.data_dir and not args.checkpoint_dir:
-        print("error: give --data-dir, --checkpoint-dir or both", file=sys.stderr)
-        return 2
     notes, problems = [], []
     if args.data_dir:
         problems += data.check_mlperf_dataset(args.data_dir, sample_records=args.sample, notes=notes)
