@@ -226,8 +226,8 @@ def train(job, world, log, config, say=print, run_dir=None):
         log.block_stop(block.first_epoch_num, block.epoch_count)
         evals.append({"epoch_num": block.eval_epoch_num, "accuracy": accuracy, "samples": counted,
                       "step": step})
-        say(f"eval at epoch_num {block.eval_epoch_num}: accuracy {accuracy:.4f} over {counted} samples "
-            f"(target {job.target_accuracy})")
+        say(f"eval at epoch_num {block.eval_epoch_num}: accuracy {accuracy:.4f} over {counted} "
+            f"{job.eval_unit} (target {job.target_accuracy})")
         if config.save_checkpoints and world.is_root:
             say(f"checkpoint: {checkpoints.save(step)}")
         timer.begin()  # evaluation time is not training time

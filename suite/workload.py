@@ -59,6 +59,8 @@ class Job:
     accumulation_steps: int = 1
     """Micro-batches per optimizer step on each rank; local_batch_size must divide by it."""
     log_samples_trained: bool = False
+    eval_unit: str = "samples"
+    """What eval_fn's count counts, for progress lines (BERT counts masked tokens)."""
     """Log `train_samples` at the end as the samples actually trained (BERT's convergence unit)."""
     describe_error: Callable[[BaseException], str] = None
     details: dict = field(default_factory=dict)
