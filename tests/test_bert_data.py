@@ -251,11 +251,17 @@ def test_train_batches_repeat_are_full_and_follow_the_seed(tiny):
     assert first(0) == first(0) and first(0) != first(1)
 
 
-def test_bad_sharding_arguments(tiny):
+def test_bad_sharding_arguments_and_too_little_data(tiny, copy_of):
     with pytest.raises(ValueError, match="rank 2 is not in a world of size 2"):
         data.train_dataset(tiny, 4, 2, 2, seed=0)
     with pytest.raises(ValueError, match="batch must be positive"):
         data.eval_dataset(tiny, 0, 0, 1)
+    with pytest.raises(data.DataError, match=f"^120 training records in {tiny.data_dir} cannot feed 121"):
+        data.train_dataset(tiny, 1, 0, 121, seed=0)
+    # An empty file would leave its rank waiting for ever.
+    open(os.path.join(copy_of, "train", "part-00002-of-00003"), "w").close()
+    with pytest.raises(data.DataError, match=f"^empty training file {copy_of}/train/part-00002-of-00003$"):
+        data.dataset_info(copy_of)
 
 
 def test_synthetic_dataset_is_shaped_like_the_data():

@@ -123,6 +123,11 @@ def dataset_info(data_dir: str, seq_length: int = MLPERF_SEQ_LENGTH,
         problem = _first_record_problem(path, seq_length, max_predictions)
         if problem:
             raise DataError(f"{path}: {problem}")
+    # A rank whose files are all empty would wait forever for its first batch.
+    empty = [path for path in train_files if tf.io.gfile.stat(path).length == 0]
+    if empty:
+        more = f" and {len(empty) - 1} more" if len(empty) > 1 else ""
+        raise DataError(f"empty training file {empty[0]}{more}")
     eval_records = _count_records(eval_files)
     expected = meta["eval_records"] if meta is not None else MLPERF_EVAL_RECORDS
     if eval_records != expected:
@@ -263,6 +268,9 @@ def train_dataset(info: DatasetInfo, batch: int, rank: int, world_size: int, see
     False lets the interleave hand out records as soon as they are ready, as the reference's sloppy mode.
     """
     _check_sharding(batch, rank, world_size)
+    if info.train_records is not None and info.train_records < world_size:
+        raise DataError(f"{info.train_records} training records in {info.data_dir} cannot feed "
+                        f"{world_size} ranks")
     rank_seed = seed * 1000003 + rank  # distinct per rank, and per seed for any rank
     if len(info.train_files) >= world_size:
         mine = list(info.train_files[rank::world_size])
