@@ -440,6 +440,12 @@ def test_describe_ignores_unrelated_errors_and_names_out_of_vocabulary_ids(tiny)
                                             "indices[3,17] = 70 is not in [0, 64) [Op:ResourceGather]")
     _one_line_naming(data.describe_data_error(gather, tiny), "vocabulary/config mismatch", "token id 70",
                      "vocab_size 64", tiny.data_dir)
+    segment = tf.errors.InvalidArgumentError(None, None, "indices[0,5] = 2 is not in [0, 2)")
+    _one_line_naming(data.describe_data_error(segment, tiny), "segment id 2", "type_vocab_size 2")
+    tiny_seq = dataclass_replace(tiny, seq_length=48)
+    position = tf.errors.InvalidArgumentError(None, None, "indices[1,3] = 50 is not in [0, 48)")
+    _one_line_naming(data.describe_data_error(position, tiny_seq), "masked_lm_positions value 50",
+                     "seq_length 48")
 
 
 # ---------------------------------------------------------------------------------------------------------

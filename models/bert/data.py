@@ -367,7 +367,7 @@ def parse_batch(records, seq_length=MLPERF_SEQ_LENGTH, max_predictions=MLPERF_MA
 # Turning TensorFlow errors into one-line messages
 
 _FEATURE_IN_ERROR = re.compile(r"(?:Feature|Key): (\w+)")
-_OUT_OF_VOCAB = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
+_OUT_OF_RANGE = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
 
 
 def describe_data_error(err: Exception, info: DatasetInfo) -> str | None:
@@ -389,10 +389,9 @@ def describe_data_error(err: Exception, info: DatasetInfo) -> str | None:
         return f"TFRecord file vanished while reading {info.data_dir}: {text}"
     if not isinstance(err, tf.errors.InvalidArgumentError):
         return None
-    out_of_vocab = _OUT_OF_VOCAB.search(text)
-    if out_of_vocab:
-        return (f"vocabulary/config mismatch: token id {out_of_vocab.group(1)} in {info.data_dir} is not "
-                f"below the model's vocab_size {out_of_vocab.group(2)}")
+    out_of_range = _OUT_OF_RANGE.search(text)
+    if out_of_range:
+        return _out_of_range_line(int(out_of_range.group(1)), int(out_of_range.group(2)), info)
     feature = _FEATURE_IN_ERROR.search(text)
     if not feature or feature.group(1) not in feature_spec():
         return None
@@ -400,6 +399,17 @@ def describe_data_error(err: Exception, info: DatasetInfo) -> str | None:
     if culprit:
         return f"malformed record in {culprit[0]}: {culprit[1]}"
     return f"malformed record (feature {feature.group(1)}) under {info.data_dir}: {text} ({hint})"
+
+
+def _out_of_range_line(value, bound, info):
+    """An embedding or position lookup failed on CPU: say which input, by the bound it broke."""
+    if bound == info.seq_length and bound != info.vocab_size:
+        return f"masked_lm_positions value {value} in {info.data_dir} is not below seq_length {bound}"
+    if bound <= 2:
+        return (f"vocabulary/config mismatch: segment id {value} in {info.data_dir} is not below the "
+                f"model's type_vocab_size {bound}")
+    return (f"vocabulary/config mismatch: token id {value} in {info.data_dir} is not below the model's "
+            f"vocab_size {bound}")
 
 
 def _first_bad_file(info):
@@ -430,15 +440,12 @@ def _first_bad_file_cached(info, stamps):
     return None
 
 
-def _file_problem(path, seq_length, max_predictions, limit=None):
-    """The first record of `path` (up to `limit` records) that does not parse, as a phrase; or None."""
+def _file_problem(path, seq_length, max_predictions):
+    """The first record of `path` that does not parse, as a phrase; or None."""
     spec = feature_spec(seq_length, max_predictions)
-    records = tf.data.TFRecordDataset(path)
-    if limit is not None:
-        records = records.take(limit)
     seen = 0
     try:
-        for batch in records.batch(512):
+        for batch in tf.data.TFRecordDataset(path).batch(512):
             try:
                 tf.io.parse_example(batch, spec)
             except tf.errors.InvalidArgumentError:
