@@ -814,8 +814,8 @@ def _write_split(folder, records, shards):
 # its topic: the next word is the successor, except that a document lingers on its own favourite word (it
 # repeats it with probability LINGER) and that NOISE of the steps jump to a random word of the topic. So a
 # masked word is predictable from its neighbours (the successor rule), and, less well, from the words of
-# its segment alone (the favourite word dominates). A tiny BERT learns the second within a few hundred
-# steps; positional rules take it longer. A random next sentence comes from another topic.
+# its segment alone (the favourite word dominates). A tiny BERT learns the second within several hundred
+# steps; rules that need positions take it far longer. A random next sentence comes from another topic.
 
 TOPIC_WORDS = 3
 LINGER = 0.8
@@ -894,9 +894,9 @@ def write_learnable_dataset(out_dir, *, vocab_size=128, seq_length=128, max_pred
     """Writes train/ and eval/ TFRecords in the MLPerf format, vocab.txt, a tiny bert_config.json and
     dataset.json, whose text a small BERT learns in minutes; deterministic per seed, written atomically.
 
-    dataset.json records two masked-LM accuracies on the eval set: always predicting the most common
-    masked word, and a rule that predicts from the left (else right) neighbour with the word pairs
-    counted in the training text. A model that learned the task beats the first by far.
+    dataset.json records the eval masked-LM accuracy of three predictors: the most common masked word
+    (the baseline a trained model must beat by far), the most frequent other word of the segment, and
+    the word seen most often between the same two neighbours in the training text.
     """
     _check_learnable_args(vocab_size, seq_length, max_predictions, train_records, eval_records,
                           train_shards, eval_shards)
