@@ -549,7 +549,7 @@ def execute(sweep, say):
             _one_run(sweep, scale, index, manifest, say, f"[{done}/{total}]")
         _write_system(sweep, scale)
     _write_implementation_readme(sweep)
-    say(f"sweep done: {total} runs in {sweep.path(sweep.submitter)}; "
+    say(f"done: {total} runs in {sweep.path(sweep.submitter)}; "
         f"report: python -m suite.report {sweep.out}")
     return 0
 
@@ -663,7 +663,11 @@ def run_logged(plan, output, verbose):
                 process.wait()
                 break
             except KeyboardInterrupt:
-                # Ctrl-C reached the launcher's ranks too; let them write run_stop and end.
+                # A Ctrl-C at the terminal reaches the launcher too; a SIGINT sent to the sweep alone
+                # does not, so pass it on. Either way the launcher's ranks wind down, and the run is
+                # redone on resume.
+                if not interrupted:
+                    process.send_signal(signal.SIGINT)
                 interrupted = True
     code = process.returncode
     return 130 if interrupted else (128 - code if code < 0 else code)
@@ -690,7 +694,8 @@ def _set_aside(path, base):
 def _write_system(sweep, scale):
     files = results.result_files(sweep.results_dir(scale))
     logs = [results.read_run(path, sweep.benchmark) for path in files]
-    env = _read_json(os.path.join(run_dir(sweep, scale, 0), "env.json")) or {}
+    envs = (_read_json(os.path.join(run_dir(sweep, scale, i), "env.json")) for i in range(sweep.runs))
+    env = next((e for e in envs if e), {})
     path = sweep.path(sweep.submitter, "systems", f"{scale.system}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     rundir.write_json(path, system_description(sweep, scale, logs, env))
@@ -760,7 +765,7 @@ def main(argv=None):
     except OSError as err:
         print(f"error: {err.filename or ''}: {err.strerror}".replace("error: : ", "error: "), file=sys.stderr)
         return 2
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):
         print("interrupted: re-run the same command to resume the sweep", file=sys.stderr, flush=True)
         return 130
 

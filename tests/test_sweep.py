@@ -298,20 +298,23 @@ def test_package_checker_accepts_the_open_submission(swept, tmp_path):
 @pytest.mark.slow
 def test_result_summarizer_scores_every_system(swept, tmp_path):
     from suite import results
-    # The summarizer writes summary.json into its working directory.
-    result = subprocess.run([sys.executable, "-m", "mlperf_logging.result_summarizer",
-                             str(swept.out / SUBMITTER), "training", "2.1.0"], cwd=tmp_path,
-                            env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    # It prints a header and writes its table as CSV and JSON (without --csv: summary.json in its
+    # working directory, hence the cwd).
+    summarize = [sys.executable, "-m", "mlperf_logging.result_summarizer", str(swept.out / SUBMITTER),
+                 "training", "2.1.0", "--csv", str(tmp_path / "scores.csv")]
+    result = subprocess.run(summarize, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Strong Scaling Scores" in result.stdout
-    scores = {row["system"]: row for row in read_json(tmp_path / "summary.json")}
+    assert "Strong Scaling Scores" in result.stdout and "CRITICAL" not in result.stdout, result.stdout
+    assert (tmp_path / "scores.csv").exists()
+    scores = {row["system"]: row for row in read_json(tmp_path / "scores.json")}
     assert set(scores) == set(SYSTEMS)
     for system in SYSTEMS:
         logs = [results.read_run(str(path), "resnet") for path in
                 sorted(results_dir(swept.out, system).glob("result_*.txt"))]
         # Its arithmetic: every compliant run, status not checked, fastest and slowest dropped.
         expected = results.olympic_mean([log.minutes for log in logs])
-        assert scores[system]["resnet"] == pytest.approx(expected, rel=1e-9)
+        assert scores[system]["resnet"] == pytest.approx(expected, abs=1e-9)  # its JSON keeps 10 decimals
         assert scores[system]["division"] == "open" and scores[system]["submitter"] == SUBMITTER
 
 
