@@ -242,8 +242,11 @@ def plan_sweep(args, passthrough, model):
 def _check_model(model):
     if not model:
         raise SweepError("no model given; end the flags with -- MODULE [model args], e.g. -- models.resnet50")
+    if "--dry-run" in model:
+        # After `--` it would go to the model, and every run would really start.
+        raise SweepError("--dry-run belongs before the --, with the sweep's flags")
     for flag in (arg.split("=", 1)[0] for arg in model[1:]):
-        if flag in OWNED_MODEL_FLAGS or flag == "--dry-run":
+        if flag in OWNED_MODEL_FLAGS:
             raise SweepError(f"{flag} after -- : the sweep sets it itself (use the sweep's --preset or "
                              f"--preset-per-scale; run directories live under --out)")
     for setting in _settings(model[1:]):

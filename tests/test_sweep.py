@@ -140,6 +140,7 @@ BAD_MODEL = {
     "preset_after_dashes": (["--preset=tiny_cpu"], ["--preset after --"]),
     "seed": (["--set", "seed=3"], ["--set seed=3", "own seed"]),
     "platform": (["--set=submission_platform=x"], ["submission_platform"]),
+    "dry_run_after_dashes": (["--dry-run"], ["--dry-run belongs before the --"]),
 }
 
 
