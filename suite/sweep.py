@@ -407,18 +407,11 @@ SOFTWARE = ("python", "tf-keras", "numpy", "mpi4py", "mlperf-logging")
 
 def read_system_info(path):
     """System-description fields from a YAML or JSON file; refuses unknown keys and placeholders."""
-    import yaml
     try:
-        with open(path) as handle:
-            data = yaml.safe_load(handle)
-    except OSError as err:
-        raise SweepError(f"--system-info {path}: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise SweepError(f"--system-info {path}{f':{mark.line + 1}' if mark else ''}: not valid YAML/JSON") \
-            from None
-    if not isinstance(data, dict):
-        raise SweepError(f"--system-info {path}: expected a mapping of system-description fields")
+        # The profiles' reader: the same one-line errors for unreadable files, bad YAML, non-mappings.
+        data = profiles.read_yaml(path)
+    except ProfileError as err:
+        raise SweepError(f"--system-info {str(err).removeprefix('profile ')}") from None
     for key, value in data.items():
         if key not in SYSTEM_FIELDS or key in SWEEP_FIELDS:
             raise SweepError(f"--system-info {path}: {key!r} is not a field it may set (the sweep sets "

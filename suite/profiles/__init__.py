@@ -76,7 +76,7 @@ def load(name_or_path):
 
 
 def _load_file(path, expect_name):
-    data = _read_yaml(path)
+    data = read_yaml(path)
     _check_keys(path, data)
     profile = Profile(
         name=data["name"], version=data["version"], description=data["description"],
@@ -95,7 +95,7 @@ def _load_file(path, expect_name):
     return profile
 
 
-def _read_yaml(path):
+def read_yaml(path):
     import yaml
     try:
         with open(path) as handle:
