@@ -1,1 +1,1 @@
-"""BERT-large pretraining (MLPerf Training v2.1): model, checkpoint loading, LAMB, input pipeline, workload."""
+"""BERT-large pretraining (MLPerf Training v2.1): model, TF1 checkpoints, LAMB, input pipeline, workload."""

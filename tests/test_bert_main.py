@@ -1,0 +1,222 @@
+"""BERT through its public entry point: `python -m models.bert` alone and under horovodrun.
+
+The tiny preset learns the generated task and its log passes the 2.1.0 checker; the BERT-large
+code path logs what the closed BERT rules check; an initial TF1 checkpoint loads; bad input ends
+in one line naming the culprit, without a hang, with run_stop aborted once the run had started.
+"""
+import json
+import shutil
+
+import pytest
+
+from models.bert.workload import PRESETS
+from conftest import check_log, read_json, read_log, run, train_cmd
+from test_bad_input import (assert_aborted, assert_not_started, assert_one_line_error, assert_ranks_report,
+                            rank_lines)
+
+SEQ, PRED = 64, 10
+BERT_LARGE_JSON = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+                   "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 4096,
+                   "max_position_embeddings": 512, "num_attention_heads": 16, "num_hidden_layers": 24,
+                   "type_vocab_size": 2, "vocab_size": 30522}
+
+
+def bert(*args, np=1, timeout=300):
+    launcher = ("horovodrun",) if np > 1 else ()
+    return run(train_cmd(*args, launcher=launcher, np=np, module="models.bert"), timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def bert_data(tmp_path_factory):
+    """The generated learnable set at 64 tokens / 10 predictions, with its tiny bert_config.json."""
+    from models.bert import data
+    out = tmp_path_factory.mktemp("bert") / "data"
+    data.write_learnable_dataset(str(out), seq_length=SEQ, max_predictions=PRED, train_records=2048,
+                                 eval_records=512, train_shards=4, eval_shards=2, seed=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_run(bert_data, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("bert_tiny") / "run"
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(bert_data), "--run-dir", str(run_dir), np=2,
+                  timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.slow
+def test_tiny_preset_under_horovodrun_passes_the_checker_and_learns(tiny_run, bert_data):
+    passed, output = check_log(tiny_run / "result_0.txt", "2.1.0")
+    assert passed, output
+    summary = read_json(tiny_run / "summary.json")
+    baseline = read_json(bert_data / "dataset.json")["majority_baseline_accuracy"]
+    assert summary["status"] == "success" and summary["world_size"] == 2
+    target = PRESETS["tiny_cpu"].overrides["target_accuracy"]
+    assert summary["target_accuracy"] == target >= 0.35
+    assert summary["accuracy"] >= target and summary["accuracy"] > 10 * baseline
+    assert summary["weights_in_sync"]
+
+
+@pytest.mark.slow
+def test_tiny_log_counts_samples_and_names_every_tensor(tiny_run):
+    events = read_log(tiny_run / "result_0.txt")
+    values = {e["key"]: e["value"] for e in events}
+    evals = [e for e in events if e["key"] == "eval_accuracy"]
+    # Evaluation every 3200 samples (100 steps of 32); epoch_num is samples trained.
+    assert [e["metadata"]["epoch_num"] for e in evals] == [3200 * (i + 1) for i in range(len(evals))]
+    steps = read_json(tiny_run / "summary.json")["steps"]
+    assert values["train_samples"] == steps * 32 == evals[-1]["metadata"]["epoch_num"]
+    assert values["eval_samples"] == 512
+    assert values["opt_epsilon"] == values["opt_lamb_epsilon"] == 1e-6
+    assert values["submission_benchmark"] == "bert" and values["submission_division"] == "open"
+    tensors = [e["metadata"]["tensor"] for e in events if e["key"] == "weights_initialization"]
+    assert len(tensors) == len(set(tensors)) == 5 + 16 * 2 + 2 + 5 + 2  # the tiny model has 2 layers
+    keys = [e["key"] for e in events]
+    assert keys.index("train_samples") < keys.index("run_stop") == len(keys) - 1
+
+
+@pytest.fixture(scope="module")
+def large_run(bert_data, tmp_path_factory):
+    """The BERT-large code path: 24 layers of 1024, 2 micro-batches of 2, two LAMB steps, one process.
+
+    One process, because a BERT-large rank with LAMB slots and accumulated gradients peaks at about
+    14 GB on the CPU; two would not fit the 24 GB test machine. The tiny runs cover two ranks.
+    """
+    root = tmp_path_factory.mktemp("bert_large")
+    config = root / "bert_config.json"
+    config.write_text(json.dumps(BERT_LARGE_JSON))
+    data_dir = root / "data"
+    shutil.copytree(bert_data, data_dir, ignore=shutil.ignore_patterns("eval"))
+    _small_eval_set(bert_data, data_dir, records=16)
+    run_dir = root / "run"
+    result = bert("--preset", "closed_path_cpu", "--data-dir", str(data_dir), "--run-dir", str(run_dir),
+                  "--set", f"bert_config={config}", timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return run_dir
+
+
+def _small_eval_set(source, data_dir, records):
+    """A 16-record eval set, so BERT-large evaluates in seconds on a CPU (dataset.json says so too)."""
+    import tensorflow as tf
+    (data_dir / "eval").mkdir()
+    rows = list(tf.data.TFRecordDataset(sorted(str(p) for p in (source / "eval").iterdir())).take(records))
+    with tf.io.TFRecordWriter(str(data_dir / "eval" / "part-00000-of-00001")) as writer:
+        for row in rows:
+            writer.write(row.numpy())
+    meta = read_json(source / "dataset.json")
+    meta.update(eval_records=records, eval_shards=1)
+    (data_dir / "dataset.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.slow
+def test_bert_large_code_path_fails_the_closed_rules_only_on_accuracy(large_run):
+    passed, output = check_log(large_run / "result_0.txt", "2.1.0", config="training_2.1.0/closed_bert.yaml")
+    assert not passed
+    failures = [line for line in output.splitlines() if line.startswith(("ERROR", "WARNING"))
+                or "FAILED" in line or "failed" in line.lower()]
+    assert any("eval_accuracy" in line for line in failures), output
+    offending = [line for line in failures
+                 if "eval_accuracy" not in line and "FAILED" not in line and "Logging output" not in line]
+    assert not offending, output
+
+
+@pytest.mark.slow
+def test_bert_large_log_holds_the_398_tensors_and_the_lamb_keys(large_run):
+    events = read_log(large_run / "result_0.txt")
+    values = {e["key"]: e["value"] for e in events}
+    tensors = [e["metadata"]["tensor"] for e in events if e["key"] == "weights_initialization"]
+    assert len(tensors) == len(set(tensors)) == 398
+    assert "cls/predictions/output_bias" in tensors
+    assert "bert/encoder/layer_23/output/LayerNorm/beta" in tensors
+    assert values["opt_name"] == "lamb" and values["opt_base_learning_rate"] == 0.000425
+    assert values["gradient_accumulation_steps"] == 2 and values["global_batch_size"] == 4
+    assert values["train_samples"] == 8  # two steps of 4
+    config = read_json(large_run / "config.json")
+    assert config["model"]["num_hidden_layers"] == 24 and config["micro_batch_size"] == 2
+
+
+def _tiny_checkpoint(bert_data, prefix, **config_changes):
+    """A TF1 checkpoint with the reference names, written from a model of the data's tiny config."""
+    from models.bert.checkpoint import model_values, write_tf1_checkpoint
+    from models.bert.model import BertConfig, build_pretraining_model
+    config = BertConfig.from_dict({**read_json(bert_data / "bert_config.json"), **config_changes})
+    values = model_values(build_pretraining_model(config, SEQ, PRED))
+    write_tf1_checkpoint(values, str(prefix), extra={"global_step": 28252})
+    return values
+
+
+def test_an_initial_tf1_checkpoint_is_loaded_by_name(bert_data, tmp_path):
+    _tiny_checkpoint(bert_data, tmp_path / "ckpt" / "model.ckpt-28252")
+    run_dir = tmp_path / "run"
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(bert_data), "--run-dir", str(run_dir),
+                  "--set", f"init_checkpoint={tmp_path / 'ckpt'}", "--set", "train_steps=2",
+                  "--set", "eval_interval_samples=64")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert read_json(run_dir / "config.json")["init_checkpoint_variables"] == 46
+
+
+def test_a_checkpoint_that_does_not_match_the_config_is_named(bert_data, tmp_path):
+    _tiny_checkpoint(bert_data, tmp_path / "ckpt" / "model.ckpt-28252", hidden_size=32, intermediate_size=64)
+    run_dir = tmp_path / "run"
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(bert_data), "--run-dir", str(run_dir),
+                  "--set", f"init_checkpoint={tmp_path / 'ckpt'}")
+    assert_one_line_error(result, "model.ckpt-28252", "mis-shaped")
+    assert_not_started(run_dir)
+
+
+def test_a_vocabulary_smaller_than_the_token_ids_is_refused(bert_data, tmp_path):
+    config = {**read_json(bert_data / "bert_config.json"), "vocab_size": 64}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(bert_data), "--run-dir", str(tmp_path / "run"),
+                  "--set", f"bert_config={tmp_path / 'bert_config.json'}")
+    assert_one_line_error(result, "64")
+    assert "vocab" in result.stderr.splitlines()[-1].lower()
+
+
+def test_sequence_lengths_that_differ_from_the_data_are_refused(bert_data, tmp_path):
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(bert_data), "--run-dir", str(tmp_path / "run"),
+                  "--set", "max_seq_length=32")
+    assert_one_line_error(result, str(bert_data), "max_seq_length=32")
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(bert_data), "--run-dir", str(tmp_path / "run"),
+                  "--set", "max_seq_length=128")
+    assert_one_line_error(result, "max_seq_length 128", "max_position_embeddings 64",
+                          str(bert_data / "bert_config.json"))
+
+
+def test_an_eval_set_of_the_wrong_size_is_refused(bert_data, tmp_path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(bert_data, data_dir)
+    shard = sorted((data_dir / "eval").iterdir())[-1]
+    _keep_records(shard, 100)
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(data_dir), "--run-dir", str(tmp_path / "run"))
+    assert_one_line_error(result, str(data_dir / "eval"), "eval records", "512")
+
+
+def _keep_records(path, count):
+    import tensorflow as tf
+    rows = [r.numpy() for r in tf.data.TFRecordDataset(str(path)).take(count)]
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for row in rows:
+            writer.write(row)
+
+
+@pytest.mark.slow
+def test_a_bad_record_mid_training_aborts_both_ranks_with_the_file_named(bert_data, tmp_path):
+    import tensorflow as tf
+    data_dir = tmp_path / "data"
+    shutil.copytree(bert_data, data_dir)
+    shard = sorted((data_dir / "train").iterdir())[1]
+    rows = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(shard))]
+    del rows[5].features.feature["masked_lm_weights"]
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        for row in rows:
+            writer.write(row.SerializeToString())
+    run_dir = tmp_path / "run"
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(data_dir), "--run-dir", str(run_dir),
+                  "--set", "seed=3", np=2, timeout=300)
+    assert_ranks_report(result, shard.name, "masked_lm_weights", failing=())
+    assert any(line.startswith("error") and shard.name in line and "masked_lm_weights" in line
+               for lines in rank_lines(result.stderr).values() for line in lines), result.stderr[-3000:]
+    reason = assert_aborted(run_dir)
+    assert "another rank failed" in reason or shard.name in reason
