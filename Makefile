@@ -3,9 +3,10 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := runs/demo
+BERT_DEMO := runs/demo-bert
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup setup-tf2.15 demo test test-tf2.15 lint clean
+.PHONY: setup setup-tf2.15 demo demo-bert test test-tf2.15 lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +24,18 @@ demo: setup
 	@echo "MLPerf log: $(DEMO)/run/result_0.txt"
 	@echo "Summary:    $(DEMO)/run/summary.json"
 
+# BERT on its learnable generated dataset (64 tokens, a 2-layer model), 2 Horovod processes.
+demo-bert: setup
+	@test -f $(BERT_DEMO)/data/dataset.json || $(PY) -m models.bert.data_cli generate $(BERT_DEMO)/data \
+		--seq-length 64 --max-predictions 10 --train-records 2048 --eval-records 512
+	@rm -rf $(BERT_DEMO)/run
+	horovodrun -np 2 -H localhost:2 python -m models.bert --preset tiny_cpu \
+		--data-dir $(BERT_DEMO)/data --run-dir $(BERT_DEMO)/run
+	@$(PY) -m mlperf_logging.compliance_checker --usage training --ruleset 2.1.0 \
+		--log_output $(BERT_DEMO)/run/compliance_2.1.0.txt $(BERT_DEMO)/run/result_0.txt | tail -n 1
+	@echo "MLPerf log: $(BERT_DEMO)/run/result_0.txt"
+	@echo "Summary:    $(BERT_DEMO)/run/summary.json"
+
 lint: setup
 	$(PY) -m flake8 suite models tests
 
@@ -38,7 +51,9 @@ setup-tf2.15:
 
 test-tf2.15: setup-tf2.15
 	.venv-tf2.15/bin/python -m pytest tests/test_resnet_model.py tests/test_resnet_optim.py \
-		tests/test_resnet_data.py tests/test_config.py tests/test_loop.py tests/test_session.py
+		tests/test_resnet_data.py tests/test_config.py tests/test_loop.py tests/test_session.py \
+		tests/test_bert_model.py tests/test_bert_checkpoint.py tests/test_bert_optim.py \
+		tests/test_bert_data.py tests/test_bert_workload.py
 	.venv-tf2.15/bin/python -m pytest tests/test_launch.py -k "gloo or single"
 
 clean:
