@@ -26,16 +26,13 @@ VARIANTS = (
 )
 
 
-def run_variant(processes, settings, image_size, steps, per_rank_batch, work):
+def run_entry_point(module, preset, processes, settings, work):
+    """Runs `python -m <module>` (under horovodrun for more than one process); returns its summary.json."""
     run_dir = tempfile.mkdtemp(dir=work)
     os.rmdir(run_dir)
-    global_batch = per_rank_batch * processes
-    sets = [f"image_size={image_size}", f"global_batch_size={global_batch}", "synthetic=true",
-            f"synthetic_epoch_samples={steps * global_batch}", "epochs=1", "eval_offset=1",
-            "epochs_between_evals=1", f"log_every={max(1, steps // 3)}", *settings]
-    command = [sys.executable if processes == 1 else "python", "-m", "models.resnet50",
-               "--preset", "tiny_cpu", "--run-dir", run_dir]
-    for item in sets:
+    command = [sys.executable if processes == 1 else "python", "-m", module, "--preset", preset,
+               "--run-dir", run_dir]
+    for item in settings:
         command += ["--set", item]
     if processes > 1:
         command = ["horovodrun", "-np", str(processes), "-H", f"localhost:{processes}"] + command
@@ -43,6 +40,24 @@ def run_variant(processes, settings, image_size, steps, per_rank_batch, work):
     subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, text=True)
     with open(os.path.join(run_dir, "summary.json")) as handle:
         return json.load(handle)
+
+
+def print_table(rows):
+    """A Markdown table of the rows, each against the first."""
+    base = rows[0]["samples_per_second"]
+    print(f"| variant | samples/s | p50 step (ms) | vs {rows[0]['variant']} |")
+    print("|---|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['variant']} | {row['samples_per_second']:.1f} | {row['step_ms_p50']:.0f} | "
+              f"{row['samples_per_second'] / base:.2f}x |")
+
+
+def run_variant(processes, settings, image_size, steps, per_rank_batch, work):
+    global_batch = per_rank_batch * processes
+    sets = [f"image_size={image_size}", f"global_batch_size={global_batch}", "synthetic=true",
+            f"synthetic_epoch_samples={steps * global_batch}", "epochs=1", "eval_offset=1",
+            "epochs_between_evals=1", f"log_every={max(1, steps // 3)}", *settings]
+    return run_entry_point("models.resnet50", "tiny_cpu", processes, sets, work)
 
 
 def main():
@@ -59,14 +74,9 @@ def main():
             rows.append({"variant": name, "processes": processes,
                          "samples_per_second": summary["samples_per_second_total"],
                          "step_ms_p50": summary["ranks"][0]["step_ms_p50"]})
-    base = rows[0]["samples_per_second"]
     print(f"ResNet-50, synthetic {args.image_size}x{args.image_size}, {args.per_rank_batch} images per rank "
           f"per step, {args.steps} steps (first interval excluded)\n")
-    print("| variant | samples/s | p50 step (ms) | vs 1 process fp32 |")
-    print("|---|---:|---:|---:|")
-    for row in rows:
-        print(f"| {row['variant']} | {row['samples_per_second']:.1f} | {row['step_ms_p50']:.0f} | "
-              f"{row['samples_per_second'] / base:.2f}x |")
+    print_table(rows)
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(rows, handle, indent=2)
