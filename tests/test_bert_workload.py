@@ -89,8 +89,10 @@ def test_departures_from_the_closed_rules_make_the_run_open_and_say_why():
     verdict = division(make("tiny_cpu"), tiny, SimpleNamespace(generated=True, eval_records=256))
     text = " ".join(verdict.reasons)
     assert verdict.name == "open"
+    tiny_cpu = PRESETS["tiny_cpu"].overrides
     for fragment in ("not the MLPerf", "not BERT-large", "no initial checkpoint", "sequence length 64",
-                     "eval_interval_samples 1600", "target_accuracy 0.6"):
+                     f"eval_interval_samples {tiny_cpu['eval_interval_samples']}",
+                     f"target_accuracy {tiny_cpu['target_accuracy']}"):
         assert fragment in text, text
     synthetic = division(make(sets=["synthetic=true"], init_checkpoint="/c"), BERT_LARGE, None)
     assert synthetic.reasons == ("synthetic data",)
@@ -120,3 +122,17 @@ def test_bad_settings_are_refused_with_the_key_named():
         make(sets=["accumulation_steps=0"])
     with pytest.raises(ConfigError, match="beta_2 must be within"):
         make(sets=["beta_2=1.0"])
+
+
+def test_the_downloaded_checkpoint_folder_layout_is_understood(tmp_path):
+    from models.bert.workload import init_checkpoint_path
+    nested = tmp_path / "phase1" / "tf1_ckpt"
+    nested.mkdir(parents=True)
+    (nested / "model.ckpt-28252.index").write_text("")
+    (tmp_path / "phase1" / "bert_config.json").write_text(json.dumps(
+        {"vocab_size": 70, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+         "intermediate_size": 64}))
+    assert init_checkpoint_path(str(tmp_path / "phase1")) == str(nested)
+    assert init_checkpoint_path(str(nested)) == str(nested)
+    model_config, path = load_model_config(make(init_checkpoint=str(tmp_path / "phase1")))
+    assert (model_config.vocab_size, path) == (70, str(tmp_path / "phase1" / "bert_config.json"))

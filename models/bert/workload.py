@@ -1,4 +1,5 @@
 """The BERT-large workload: config, presets, evaluation schedule, closed-rule checks and the loop's pieces."""
+import glob
 import math
 import os
 from dataclasses import dataclass
@@ -145,12 +146,22 @@ def resolve_bert_config_path(config):
         return config.bert_config
     candidates = []
     if config.init_checkpoint:
-        folder = (config.init_checkpoint if os.path.isdir(config.init_checkpoint)
-                  else os.path.dirname(config.init_checkpoint))
-        candidates.append(os.path.join(folder, "bert_config.json"))
+        checkpoint = init_checkpoint_path(config.init_checkpoint)
+        folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+        # The download keeps bert_config.json one level above its tf1_ckpt/ folder.
+        candidates += [os.path.join(folder, "bert_config.json"),
+                       os.path.join(os.path.dirname(folder.rstrip(os.sep)), "bert_config.json")]
     if config.data_dir and not config.synthetic:
         candidates.append(os.path.join(config.data_dir, "bert_config.json"))
     return next((path for path in candidates if os.path.isfile(path)), "")
+
+
+def init_checkpoint_path(path):
+    """The TF1 checkpoint at `path`: the path itself, or the tf1_ckpt/ folder inside it (as downloaded)."""
+    nested = os.path.join(path, "tf1_ckpt")
+    if os.path.isdir(path) and not glob.glob(os.path.join(path, "*.index")) and os.path.isdir(nested):
+        return nested
+    return path
 
 
 def load_model_config(config):
@@ -243,7 +254,7 @@ def build_job(config, world, seed):
     tf.keras.utils.set_random_seed(seed)  # same initial weights on every rank before the broadcast
     set_precision_policy(config.precision)
     model = build_pretraining_model(model_config, config.max_seq_length, config.max_predictions_per_seq)
-    loaded = (checkpoint.load_tf1_checkpoint(model, config.init_checkpoint)
+    loaded = (checkpoint.load_tf1_checkpoint(model, init_checkpoint_path(config.init_checkpoint))
               if config.init_checkpoint else 0)
     optimizer, schedule = optim.build_optimizer(
         base_lr=config.base_lr, train_steps=config.train_steps, warmup_steps=config.warmup_steps,
