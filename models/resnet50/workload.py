@@ -98,8 +98,8 @@ PRESETS = {
         "2 CPU processes", "2 ranks x 2 = 4",
         dict(global_batch_size=4, epochs=1, eval_offset=1, warmup_epochs=0.5, log_every=1, clear_cache=False),
         "The closed code path (224 px, 1000 classes, LARS) at a tiny batch, for tests."),
-    # Launch start-up (TensorFlow import, model build, tracing) dominates a run this short; the
-    # preset keeps the rest small so 2 scales x 5 runs fit a CI job on two CPU cores.
+    # Training and evaluation take a few seconds; launch start-up (TensorFlow import, model build,
+    # tracing, the first step's graph optimisation) is most of each run's 25-120 s on two cores.
     "sweep_cpu": Preset(
         "1 or 2 CPU processes", "1 x 16 or 2 ranks x 8 = 16",
         dict(global_batch_size=16, image_size=32, num_classes=2, base_lr=2.0, warmup_epochs=0.5,
