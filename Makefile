@@ -41,7 +41,7 @@ lint: setup
 
 # The whole suite on the pinned TensorFlow 2.18, then the TensorFlow 2.15 compatibility subset.
 test: setup lint
-	$(PY) -m pytest --durations=15
+	$(PY) -m pytest --durations=60
 	@$(MAKE) --no-print-directory test-tf2.15
 
 # TensorFlow 2.15 (NGC-era Keras 2, no tf-keras): unit tests and the launchers, in a second

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything the suite needs on a fresh Debian + Python 3.11 machine:
-# Debian packages (Open MPI, cmake, g++), a virtual environment with the pinned
+# Debian packages (Open MPI, cmake, g++, shellcheck for the tests), a virtual environment with the pinned
 # dependencies, and Horovod built from source with TensorFlow, Gloo and MPI.
 #
 # Idempotent: the environment is cached outside the clone, keyed on the pinned
