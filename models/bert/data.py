@@ -1,6 +1,5 @@
 """BERT pretraining TFRecord input pipelines (MLPerf reference format), a learnable generator and checks."""
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -8,12 +7,11 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 
 import numpy as np
 
 import suite  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from suite.staging import split_evenly, staged_output
 import tensorflow as tf
 
 # The MLPerf reference data (mlcommons/training language_model/tensorflow/bert, README and dataset.md).
@@ -766,33 +764,6 @@ def _shard_name(index, count):
     return f"part-{index:05d}-of-{count:05d}"
 
 
-def _split_evenly(items, count):
-    bounds = np.linspace(0, len(items), count + 1).astype(int)
-    return [items[bounds[i]:bounds[i + 1]] for i in range(count)]
-
-
-@contextlib.contextmanager
-def _staged_output(out_dir):
-    """Yields a scratch directory that becomes `out_dir` only if the block succeeds."""
-    out_dir = os.path.abspath(out_dir)
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        raise DataError(f"output directory is not empty: {out_dir}")
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
-    try:
-        yield staging
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private
-        if os.path.isdir(out_dir):
-            os.rmdir(out_dir)
-        # One rename, so a crash never leaves a half-written dataset under the real name.
-        os.rename(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def _write_json(path, fields):
     with open(path, "w") as f:
         json.dump(fields, f, indent=2, sort_keys=True)
@@ -801,7 +772,7 @@ def _write_json(path, fields):
 
 def _write_split(folder, records, shards):
     os.makedirs(folder)
-    for index, chunk in enumerate(_split_evenly(records, shards)):
+    for index, chunk in enumerate(split_evenly(records, shards)):
         with tf.io.TFRecordWriter(os.path.join(folder, _shard_name(index, shards))) as writer:
             for record in chunk:
                 writer.write(record)
@@ -909,7 +880,7 @@ def write_learnable_dataset(out_dir, *, vocab_size=128, seq_length=128, max_pred
     def serialize(instances):
         return [_example(*instance, seq_length, max_predictions) for instance in instances]
 
-    with _staged_output(out_dir) as staging:
+    with staged_output(out_dir, DataError) as staging:
         _write_split(os.path.join(staging, TRAIN_DIR), serialize(train), train_shards)
         _write_split(os.path.join(staging, EVAL_DIR), serialize(evals), eval_shards)
         with open(os.path.join(staging, VOCAB_FILE), "w") as f:

@@ -1,7 +1,6 @@
 """ImageNet TFRecord input pipelines (MLPerf reference preprocessing), dataset writers and checks."""
 
 import colorsys
-import contextlib
 import dataclasses
 import io
 import json
@@ -10,13 +9,12 @@ import math
 import os
 import random
 import re
-import shutil
-import tempfile
 from concurrent import futures
 
 import numpy as np
 
 import suite  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from suite.staging import split_evenly, staged_output
 import tensorflow as tf
 
 log = logging.getLogger(__name__)
@@ -417,34 +415,6 @@ def _shard_path(out_dir, prefix, index, count):
     return os.path.join(out_dir, f"{prefix}-{index:05d}-of-{count:05d}")
 
 
-def _split_evenly(items, count):
-    """`count` contiguous chunks whose sizes differ by at most one, as imagenet_to_gcs.py splits them."""
-    bounds = np.linspace(0, len(items), count + 1).astype(int)
-    return [items[bounds[i]:bounds[i + 1]] for i in range(count)]
-
-
-@contextlib.contextmanager
-def _staged_output(out_dir):
-    """Yields a scratch directory that becomes `out_dir` only if the block succeeds."""
-    out_dir = os.path.abspath(out_dir)
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        raise DataError(f"output directory is not empty: {out_dir}")
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
-    try:
-        yield staging
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private
-        if os.path.isdir(out_dir):
-            os.rmdir(out_dir)
-        # One rename, so a crash never leaves a half-written dataset under the real name.
-        os.rename(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def _write_metadata(out_dir, **fields):
     with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
         json.dump(fields, f, indent=2, sort_keys=True)
@@ -472,10 +442,10 @@ def write_learnable_dataset(out_dir, num_classes=4, train_per_class=64, eval_per
              for k in range(num_classes) for i in range(eval_per_class)]
     # Mixed classes in every shard, as in the ImageNet conversion.
     train = [train[i] for i in rng.permutation(len(train))]
-    with _staged_output(out_dir) as staging:
-        for i, chunk in enumerate(_split_evenly(train, train_shards)):
+    with staged_output(out_dir, DataError) as staging:
+        for i, chunk in enumerate(split_evenly(train, train_shards)):
             _write_tfrecords(_shard_path(staging, "train", i, train_shards), chunk)
-        for i, chunk in enumerate(_split_evenly(evals, eval_shards)):
+        for i, chunk in enumerate(split_evenly(evals, eval_shards)):
             _write_tfrecords(_shard_path(staging, "validation", i, eval_shards), chunk)
         _write_metadata(staging, train_records=len(train), eval_records=len(evals), num_classes=num_classes,
                         train_shards=train_shards, eval_shards=eval_shards, source="learnable",
@@ -574,11 +544,11 @@ def convert_imagenet(raw_dir, out_dir, train_shards=IMAGENET_TRAIN_SHARDS, eval_
     evals = _raw_eval_images(raw_dir, root, synsets)
     random.Random(_CONVERT_SEED).shuffle(train)
     train_shards, eval_shards = min(train_shards, len(train)), min(eval_shards, len(evals))
-    with _staged_output(out_dir) as staging:
+    with staged_output(out_dir, DataError) as staging:
         jobs = ([(_shard_path(staging, "train", i, train_shards), chunk)
-                 for i, chunk in enumerate(_split_evenly(train, train_shards))]
+                 for i, chunk in enumerate(split_evenly(train, train_shards))]
                 + [(_shard_path(staging, "validation", i, eval_shards), chunk)
-                   for i, chunk in enumerate(_split_evenly(evals, eval_shards))])
+                   for i, chunk in enumerate(split_evenly(evals, eval_shards))])
         _run_conversion(jobs, len(train) + len(evals), num_workers or os.cpu_count() or 1, progress)
         _write_metadata(staging, train_records=len(train), eval_records=len(evals), num_classes=len(synsets),
                         train_shards=train_shards, eval_shards=eval_shards, source="imagenet")
