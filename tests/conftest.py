@@ -50,6 +50,18 @@ def check_log(log_path, ruleset, config=None):
     return result.returncode == 0, result.stdout + result.stderr
 
 
+def assert_fails_only_on_accuracy(log_path, ruleset, config):
+    """The official checker with a closed config rejects the log, and only for eval_accuracy."""
+    passed, output = check_log(log_path, ruleset, config=config)
+    assert not passed
+    failures = [line for line in output.splitlines() if line.startswith(("ERROR", "WARNING"))
+                or "FAILED" in line or "failed" in line.lower()]
+    assert any("eval_accuracy" in line for line in failures), output
+    offending = [line for line in failures
+                 if "eval_accuracy" not in line and "FAILED" not in line and "Logging output" not in line]
+    assert not offending, output
+
+
 def read_log(log_path):
     """MLPerf events as dicts, in order."""
     events = []

@@ -1,7 +1,7 @@
 """The closed code path (224 px, 1000 classes, LARS) logs everything the closed ResNet rules check."""
 import pytest
 
-from conftest import check_log, read_json, read_log, run, train_cmd
+from conftest import assert_fails_only_on_accuracy, check_log, read_json, read_log, run, train_cmd
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +23,7 @@ def closed_run(tmp_path_factory):
 def test_closed_rules_fail_only_on_the_accuracy_target(closed_run):
     log = closed_run / "result_0.txt"
     for ruleset in ("1.1.0", "2.1.0"):
-        passed, output = check_log(log, ruleset, config=f"training_{ruleset}/closed_resnet.yaml")
-        assert not passed
-        failures = [line for line in output.splitlines() if line.startswith(("ERROR", "WARNING"))
-                    or "FAILED" in line or "failed" in line.lower()]
-        assert any("eval_accuracy" in line for line in failures), output
-        offending = [line for line in failures
-                     if "eval_accuracy" not in line and "FAILED" not in line and "Logging output" not in line]
-        assert not offending, output
+        assert_fails_only_on_accuracy(log, ruleset, f"training_{ruleset}/closed_resnet.yaml")
 
 
 @pytest.mark.slow
