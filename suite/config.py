@@ -39,7 +39,8 @@ class CommonConfig:
     """MLPerf system name; empty means '<ranks>x<device>' of this run."""
     submission_status: str = "onprem"
     clear_cache: bool = True
-    """Try to drop the OS page cache before the run (MLPerf asks for a cold cache)."""
+    """Try to drop the OS page cache before the run (MLPerf asks for a cold cache): local rank 0 of
+    every host tries, and the log's cache_clear is true only if every host managed it."""
     save_checkpoints: bool = False
     """Save model, optimizer and step after every evaluation in <run-dir>/checkpoints (last 2 kept)."""
     resume_from: str = ""

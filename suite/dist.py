@@ -191,9 +191,15 @@ def allgather_object(value, name):
     return hvd.allgather_object(value, name=name)
 
 
-def barrier():
-    # Horovod: wait for every rank.
-    hvd.join()
+def seed_per_rank(seed, rank):
+    """Seeds Python, NumPy and TensorFlow with the run seed plus the rank: one random stream per rank."""
+    tf.keras.utils.set_random_seed((seed + rank) % 2**31)
+
+
+def barrier(name):
+    """Returns once every rank has reached it."""
+    # Horovod: a one-element allreduce completes only when every rank has submitted it.
+    hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name=name).numpy()
 
 
 def shutdown():

@@ -187,14 +187,17 @@ def train(job, world, log, config, say=print, run_dir=None):
     blocks = blocks_after(job.blocks, step)
     if step:
         say(f"resumed from {config.resume_from} after {step} steps; {len(blocks)} block(s) to go")
-    iterator = iter(job.train_data)
     # Tracing the step builds the graph without touching data or weights: initialisation,
     # which MLPerf lets happen before run_start. (XLA still compiles at the first call.)
     train_step.get_concrete_function(*job.train_data.element_spec)
 
+    # The clock starts before any rank touches the dataset: every rank waits here for the
+    # slowest, and the input pipeline is only started after run_start.
+    dist.barrier("start_line")
     log.end("init_stop")
     log.start("run_start")
     run_started = time.perf_counter()
+    iterator = iter(job.train_data)
     evals, accuracy, status, loss, synced = [], float("nan"), ABORTED, None, False
     timer.begin()
     for block in blocks:

@@ -12,6 +12,7 @@ from suite import dist, rundir
 from suite.config import to_dict
 from suite.loop import train
 from suite.mlperf import ABORTED, MLPerfLog
+from suite.workload import Division
 
 # Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts, a
 # missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.
@@ -53,12 +54,16 @@ def _run(spec, config, preset, run_dir, state):
                                                    "run_dir")
     log_path = _on_root(world, lambda: rundir.prepare(run_dir), "run_dir_ready")
     state.log = log = MLPerfLog(log_path, enabled=world.is_root)
-    log.event("cache_clear", _clear_page_cache() if config.clear_cache and world.is_root else False)
+    log.event("cache_clear", _clear_page_cache_on_every_host(world) if config.clear_cache else False)
     log.start("init_start")
     say(f"{spec.title}: preset {preset}, {world.size} rank(s) via {world.launcher} on {world.device}, "
         f"seed {seed}, run directory {run_dir}")
 
     state.job = job = spec.build_job(config, world, seed)
+    job.division = division_of_run(job.division, config)
+    # The weights are built (and loaded) alike on every rank; from here on each rank draws its own
+    # random stream, so dropout masks differ between ranks as they would on one large batch.
+    dist.seed_per_rank(seed, world.rank)
     platform = config.submission_platform or f"{world.size}x{world.device}"
     log.submission(job.benchmark, config.submission_org, job.division.name, platform,
                    config.submission_status)
@@ -180,6 +185,14 @@ def _one_line(job, err):
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def division_of_run(division, config):
+    """The workload's verdict plus the rules every benchmark shares."""
+    reasons = list(division.reasons)
+    if config.resume_from:
+        reasons.append(f"resumed from {config.resume_from} (closed: one uninterrupted run)")
+    return Division("open" if reasons else "closed", tuple(reasons))
+
+
 def draw_seed():
     return random.SystemRandom().randrange(1, 2**31 - 1)
 
@@ -200,6 +213,18 @@ def _on_root(world, fn, name):
 
 class _PeerFailed(RuntimeError):
     """Rank 0 failed a shared decision; the other ranks stop quietly."""
+
+
+def _clear_page_cache_on_every_host(world):
+    """Drops the page cache once per host (by its local rank 0); True only if every host managed it."""
+    attempt = _clear_page_cache() if world.local_rank == 0 else None
+    return cleared_on_every_host(dist.allgather_object(attempt, "cache_clear"))
+
+
+def cleared_on_every_host(attempts):
+    """attempts: one entry per rank, True/False from each host's local rank 0 and None from the rest."""
+    made = [ok for ok in attempts if ok is not None]
+    return bool(made) and all(made)
 
 
 def _clear_page_cache():

@@ -284,9 +284,9 @@ def test_synthetic_dataset_is_shaped_like_the_data():
 # Discovery errors, one at a time
 
 
-def test_dataset_info_reads_generated_lengths_over_arguments(tiny):
-    info = data.dataset_info(tiny.data_dir)  # the MLPerf 512/76 defaults lose to dataset.json
-    assert (info.seq_length, info.max_predictions, info.train_records) == (64, 10, 120)
+def test_dataset_info_takes_lengths_and_counts_from_dataset_json(tiny, full):
+    assert (tiny.seq_length, tiny.max_predictions, tiny.train_records, tiny.eval_records) == (64, 10, 120, 31)
+    assert (full.seq_length, full.max_predictions) == (512, 76)
 
 
 def test_empty_or_missing_directories(tmp_path):
@@ -302,42 +302,41 @@ def test_empty_or_missing_directories(tmp_path):
     _one_line_naming(str(err.value), "no TFRecord files in", str(tmp_path / "train"))
 
 
-def test_missing_feature_names_file_and_feature(copy_of):
+def test_a_missing_feature_is_named_by_check_and_during_training(copy_of):
     path = os.path.join(copy_of, "train", "part-00000-of-00003")
     rows = _features(path)
     del rows[0]["masked_lm_weights"]
     _write(path, rows)
-    with pytest.raises(data.DataError) as err:
-        data.dataset_info(copy_of)
-    _one_line_naming(str(err.value), path, "feature masked_lm_weights is missing")
+    info = data.dataset_info(copy_of)  # reads no record: `check` and the training error line name the file
+    assert data.check_mlperf_dataset(copy_of, sample_records=16) == [
+        f"{path}: record 0: feature masked_lm_weights is missing"]
+    err = _first_error(data.train_dataset(info, 8, 0, 1, seed=0).take(40))
+    _one_line_naming(data.describe_data_error(err, info), path, "record 0", "masked_lm_weights is missing")
 
 
-def test_wrong_feature_length_names_file_feature_and_lengths(copy_of, full):
+def test_wrong_feature_length_is_named_by_check(copy_of):
     os.remove(os.path.join(copy_of, "dataset.json"))  # now the MLPerf lengths apply: 512 / 76
-    with pytest.raises(data.DataError) as err:
-        data.dataset_info(copy_of)
-    _one_line_naming(str(err.value), os.path.join(copy_of, "train", "part-00000-of-00003"),
-                     "feature input_ids has length 64, expected 512")
-    info = data.dataset_info(full.data_dir, seq_length=64, max_predictions=10)  # dataset.json wins
-    assert info.seq_length == 512
+    new_metadata = {}
+    problems = data.check_mlperf_dataset(copy_of, sample_records=8, new_metadata=new_metadata)
+    train_file = os.path.join(copy_of, "train", "part-00000-of-00003")
+    assert f"{train_file}: record 0: feature input_ids has length 64, expected 512" in problems
+    assert new_metadata == {}  # nothing to write for data with problems
 
 
-def test_eval_set_of_the_wrong_size(copy_of, full, tmp_path):
+def test_eval_set_of_the_wrong_size_is_named_by_check(copy_of, full, tmp_path):
     meta_path = os.path.join(copy_of, "dataset.json")
     with open(meta_path) as f:
         meta = json.load(f)
     with open(meta_path, "w") as f:
         json.dump({**meta, "eval_records": 30}, f)
-    with pytest.raises(data.DataError) as err:
-        data.dataset_info(copy_of)
-    _one_line_naming(str(err.value), os.path.join(copy_of, "eval"), "31 eval records", meta_path, "30")
+    problems = data.check_mlperf_dataset(copy_of)
+    assert problems == [f"{copy_of}/eval: 31 eval records, {meta_path} declares 30"]
 
     mlperf_like = tmp_path / "mlperf_like"
     shutil.copytree(full.data_dir, mlperf_like)
     os.remove(mlperf_like / "dataset.json")
-    with pytest.raises(data.DataError) as err:
-        data.dataset_info(str(mlperf_like))
-    _one_line_naming(str(err.value), str(mlperf_like / "eval"), "5 eval records", "10000")
+    problems = data.check_mlperf_dataset(str(mlperf_like))
+    assert f"{mlperf_like}/eval: 5 eval records, MLPerf requires 10000" in problems
 
 
 def test_malformed_or_stale_dataset_json(copy_of):
@@ -353,7 +352,7 @@ def test_malformed_or_stale_dataset_json(copy_of):
         _one_line_naming(str(err.value), meta_path, message)
 
 
-def test_mlperf_layout_without_dataset_json(full, tmp_path):
+def test_mlperf_layout_without_dataset_json(full, tmp_path, monkeypatch):
     """10,000 eval records at 512/76 and no dataset.json: the MLPerf rules, nothing counted in train/."""
     root = tmp_path / "mlperf"
     record = next(iter(tf.data.TFRecordDataset(full.eval_files[0]))).numpy()
@@ -362,16 +361,21 @@ def test_mlperf_layout_without_dataset_json(full, tmp_path):
         for _ in range(10000):
             writer.write(record)
     shutil.copytree(os.path.dirname(full.train_files[0]), root / "train")
-    info = data.dataset_info(str(root))
-    assert (info.eval_records, info.train_records, info.vocab_size) == (10000, None, None)
-    assert not info.generated
-    assert [os.path.basename(f) for f in info.train_files] == ["part-00000-of-00002", "part-00001-of-00002"]
-    notes = []
-    problems = data.check_mlperf_dataset(str(root), sample_records=8, notes=notes)
+    with pytest.raises(data.DataError, match="data_cli check"):
+        data.dataset_info(str(root))
+    notes, new_metadata = [], {}
+    problems = data.check_mlperf_dataset(str(root), sample_records=8, notes=notes, new_metadata=new_metadata)
     assert notes[0].startswith("rules: MLPerf reference data")
     assert any("holds 2 training files, not the reference's 500" in note for note in notes)
-    assert len(problems) == 1
+    assert len(problems) == 1 and new_metadata == {}
     _one_line_naming(problems[0], str(root / "eval" / "eval_10k"), "25,382,591")
+
+    monkeypatch.setattr(data, "MLPERF_EVAL_BYTES", os.path.getsize(root / "eval" / "eval_10k"))
+    assert data.check_mlperf_dataset(str(root), sample_records=8, new_metadata=new_metadata) == []
+    info = data.dataset_info(str(root), metadata=new_metadata)
+    assert (info.eval_records, info.train_records, info.vocab_size) == (10000, None, 30522)
+    assert not info.generated and not info.mlperf_layout  # 2 training files, not 500
+    assert [os.path.basename(f) for f in info.train_files] == ["part-00000-of-00002", "part-00001-of-00002"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -556,3 +560,109 @@ def test_check_checkpoint_dir_reads_variables_and_tf1_ckpt_folder(tmp_path, monk
         name: (os.path.getsize(path), data.file_md5(path)) for name, path in paths.items()})
     problems = data.check_checkpoint_dir(str(folder))
     assert problems and all(str(folder / "tf1_ckpt" / "model.ckpt-28252") in p for p in problems)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Before run_start: dataset.json, listings and sizes only (MLPerf starts the clock before the data is touched)
+
+DAY_NS = 86400 * 10**9
+
+
+def _record_files(data_dir):
+    return sorted(os.path.join(data_dir, split, name) for split in ("train", "eval")
+                  for name in os.listdir(os.path.join(data_dir, split)))
+
+
+def _age_atimes(paths):
+    """Puts each file's access time a day before its modification time, so that any read moves it
+    (relatime); returns the access times."""
+    for path in paths:
+        mtime = os.stat(path).st_mtime_ns
+        os.utime(path, ns=(mtime - DAY_NS, mtime))
+    return _atimes(paths)
+
+
+def _atimes(paths):
+    return {path: os.stat(path).st_atime_ns for path in paths}
+
+
+def test_dataset_info_and_the_run_set_up_read_no_record(copy_of, tmp_path):
+    from types import SimpleNamespace
+
+    from models.bert.workload import PRESETS, BertRunConfig, _datasets
+    from suite.config import resolve
+
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"x" * 4096)
+    before = _age_atimes([str(probe)])
+    probe.read_bytes()
+    assert _atimes([str(probe)]) != before  # the file system records reads, so this test can fail
+
+    records = _record_files(copy_of)
+    before = _age_atimes(records)
+    info = data.dataset_info(copy_of)
+    config = resolve(BertRunConfig, PRESETS, "tiny_cpu", extra={"data_dir": copy_of})
+    _, train, make_eval, eval_records = _datasets(config, SimpleNamespace(rank=0, size=1), 0, 8, 8, 64)
+    make_eval()
+    assert _atimes(records) == before
+    assert (info.eval_records, eval_records, info.seq_length) == (31, 31, 64)
+
+
+def test_dataset_info_trusts_dataset_json_and_training_names_a_bad_file(copy_of):
+    """Records overwritten with garbage of the same size: the run's set-up cannot tell (it reads none);
+    `check` and the error line during training name the file."""
+    for path in _record_files(copy_of):
+        size = os.path.getsize(path)
+        with open(path, "wb") as f:
+            f.write(b"\x07" * size)
+    info = data.dataset_info(copy_of)
+    assert (info.train_records, info.eval_records, len(info.train_files)) == (120, 31, 3)
+    problems = data.check_mlperf_dataset(copy_of, sample_records=8)
+    assert any(info.eval_files[0] in problem for problem in problems), problems
+    err = _first_error(data.eval_dataset(info, 4, 0, 1))
+    _one_line_naming(data.describe_data_error(err, info), "corrupt or truncated TFRecord", info.eval_files[0])
+
+
+def test_a_missing_dataset_json_names_the_check_command(full, tmp_path):
+    root = tmp_path / "mlperf"
+    shutil.copytree(full.data_dir, root)
+    os.remove(root / "dataset.json")
+    with pytest.raises(data.DataError) as err:
+        data.dataset_info(str(root))
+    _one_line_naming(str(err.value), str(root / "dataset.json"),
+                     f"python -m models.bert.data_cli check --data-dir {root}")
+
+
+def test_generated_is_an_explicit_field_and_older_sets_read_as_generated(tiny, copy_of):
+    assert data.read_metadata(tiny.data_dir)["generated"] is True
+    meta_path = os.path.join(copy_of, "dataset.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    del meta["generated"]
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    assert data.dataset_info(copy_of).generated
+    with open(meta_path, "w") as f:
+        json.dump({**meta, "generated": False}, f)
+    assert not data.dataset_info(copy_of).generated
+
+
+def test_changed_eval_files_are_refused_by_size(copy_of):
+    """dataset.json gives the eval count; eval files rewritten since no longer match its eval_bytes."""
+    path = os.path.join(copy_of, "eval", "part-00002-of-00003")
+    rows = _features(path)
+    _write(path, rows[:-1])
+    with pytest.raises(data.DataError) as err:
+        data.dataset_info(copy_of)
+    _one_line_naming(str(err.value), os.path.join(copy_of, "eval"), os.path.join(copy_of, "dataset.json"),
+                     f"python -m models.bert.data_cli check --data-dir {copy_of}")
+
+
+def test_the_model_vocabulary_is_checked_against_dataset_json_alone(tiny):
+    assert data.vocabulary_problem(tiny, 64) is None and data.vocabulary_problem(tiny, 30522) is None
+    _one_line_naming(data.vocabulary_problem(tiny, 40), "vocabulary/config mismatch", "vocab_size 40",
+                     os.path.join(tiny.data_dir, "dataset.json"), "64")
+    checked = dataclass_replace(tiny, vocab_size=None, max_token_id=90)
+    assert data.vocabulary_problem(checked, 91) is None
+    _one_line_naming(data.vocabulary_problem(checked, 64), "vocabulary/config mismatch", "token id 90",
+                     "vocab_size 64")

@@ -124,3 +124,50 @@ def test_check_checkpoint_dir_with_stand_in_files(tmp_path, capsys, monkeypatch,
                         lambda prefix, config: [f"{prefix}: bert/pooler/dense/kernel missing"])
     assert data_cli.main(["check", "--checkpoint-dir", str(folder), "--skip-md5"]) == 1
     assert capsys.readouterr().out == f"{folder}/model.ckpt-28252: bert/pooler/dense/kernel missing\n"
+
+
+def test_check_writes_dataset_json_for_mlperf_data_and_runs_accept_it(tmp_path, capsys, monkeypatch):
+    """Data without dataset.json gets the MLPerf rules; after a clean check it has a dataset.json (generated
+    false) that dataset_info accepts. With problems nothing is written. (A 5-record eval set stands in for
+    eval_10k: the rules' count and size are patched to fit it.)"""
+    root = tmp_path / "mlperf"
+    data.write_learnable_dataset(str(root), vocab_size=200, seq_length=512, max_predictions=76,
+                                 train_records=6, eval_records=5, train_shards=2, eval_shards=1, seed=3)
+    for name in ("dataset.json", "vocab.txt", "bert_config.json"):
+        os.remove(root / name)
+    os.rename(root / "eval" / "part-00000-of-00001", root / "eval" / "eval_10k")
+    eval_bytes = os.path.getsize(root / "eval" / "eval_10k")
+    monkeypatch.setattr(data, "MLPERF_EVAL_RECORDS", 5)
+
+    assert data_cli.main(["check", "--data-dir", str(root), "--sample", "8"]) == 1  # eval_10k's size
+    assert f"{root}/eval/eval_10k: {eval_bytes:,} bytes" in capsys.readouterr().out
+    assert sorted(os.listdir(root)) == ["eval", "train"]
+
+    monkeypatch.setattr(data, "MLPERF_EVAL_BYTES", eval_bytes)
+    assert data_cli.main(["check", "--data-dir", str(root), "--sample", "8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"wrote {root}/dataset.json") for line in out), out
+    assert out[-1] == f"OK: {root}: training records in 2 files, 5 eval records, 512 tokens, 76 predictions"
+    assert sorted(os.listdir(root)) == ["dataset.json", "eval", "train"]  # no temporary file left
+    meta = data.read_metadata(str(root))
+    expected = {"generated": False, "seq_length": 512, "max_predictions": 76, "eval_records": 5,
+                "train_records": None, "train_shards": 2, "eval_shards": 1, "vocab_size": 30522,
+                "eval_bytes": eval_bytes}
+    assert {key: meta[key] for key in expected} == expected
+    assert 5 <= meta["max_token_id"] < 200
+    info = data.dataset_info(str(root))
+    assert (info.eval_records, info.train_records, info.vocab_size, info.generated) == (5, None, 30522, False)
+
+    # Run again, it verifies the file it wrote and leaves it alone.
+    written = os.stat(root / "dataset.json").st_mtime_ns
+    assert data_cli.main(["check", "--data-dir", str(root), "--sample", "8"]) == 0
+    assert "wrote" not in capsys.readouterr().out
+    assert os.stat(root / "dataset.json").st_mtime_ns == written
+
+    # A dataset.json that no longer describes the files is a problem, with the way out.
+    meta_path = root / "dataset.json"
+    meta_path.write_text(json.dumps({**meta, "eval_records": 4}))
+    assert data_cli.main(["check", "--data-dir", str(root), "--sample", "8"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"{meta_path} does not describe the data any more: eval_records 4 (the data: 5); delete it and run "
+        f"this check again")

@@ -105,7 +105,8 @@ def _small_eval_set(source, data_dir, records):
         for row in rows:
             writer.write(row.numpy())
     meta = read_json(source / "dataset.json")
-    meta.update(eval_records=records, eval_shards=1)
+    meta.update(eval_records=records, eval_shards=1,
+                eval_bytes=(data_dir / "eval" / "part-00000-of-00001").stat().st_size)
     (data_dir / "dataset.json").write_text(json.dumps(meta))
 
 
@@ -183,7 +184,9 @@ def test_an_eval_set_of_the_wrong_size_is_refused(bert_data, tmp_path):
     shard = sorted((data_dir / "eval").iterdir())[-1]
     _keep_records(shard, 100)
     result = bert("--preset", "tiny_cpu", "--data-dir", str(data_dir), "--run-dir", str(tmp_path / "run"))
-    assert_one_line_error(result, str(data_dir / "eval"), "eval records", "512")
+    # Told by the files' sizes against dataset.json: nothing reads a record before run_start.
+    assert_one_line_error(result, str(data_dir / "eval"), "512 eval records", str(data_dir / "dataset.json"),
+                          f"data_cli check --data-dir {data_dir}")
 
 
 def _keep_records(path, count):

@@ -220,8 +220,63 @@ def test_dynamic_loss_scale_skips_non_finite_steps():
         np.testing.assert_array_equal(variable.numpy(), before)
         for slot in opt.inner_optimizer.slots(variable):
             np.testing.assert_array_equal(slot.numpy(), 0.0)
-    # Keras still counts the skipped step: the schedule and LAMB's t move on.
+    # Keras still counts the skipped step, so the schedule moves on; LAMB's t does not.
     assert int(opt.inner_optimizer.iterations.numpy()) == 1
+    assert int(opt.inner_optimizer.applied_steps.numpy()) == 0
+
+
+def non_finite(step_grads):
+    bad = [tf.constant(g) for g in step_grads]
+    bad[0] = tf.fill(SHAPES[0], np.float32(np.inf))
+    return bad
+
+
+@pytest.mark.parametrize("wrap", [None, tf.function], ids=["eager", "tf.function"])
+def test_bias_correction_counts_only_applied_steps(wrap):
+    """An overflow step skipped by the loss scaler must not advance LAMB's t (m and v did not move)."""
+    init, grads = make_problem(steps=1)
+    variables = make_variables(init)
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(optim.Lamb(0.1))
+
+    def apply(step_grads):
+        opt.apply_gradients(zip(step_grads, variables))
+
+    apply = wrap(apply) if wrap else apply
+    apply(non_finite(grads[0]))
+    apply([tf.constant(g) for g in grads[0]])
+    got = [v.numpy() for v in variables]
+    # One applied update: bias correction with t = 1, whatever `iterations` says.
+    assert_histories_close([got], np_lamb(init, grads, [0.1], NAMES, clip=1.0))
+    assert int(opt.inner_optimizer.applied_steps.numpy()) == 1
+    assert int(opt.iterations.numpy()) == 2
+
+
+def test_applied_steps_are_broadcast_and_checkpointed(tmp_path):
+    from suite.checkpoints import TrainingCheckpoints
+    from suite.dist import optimizer_variables
+
+    init, grads = make_problem(steps=3)
+
+    def fresh():
+        model = tf.Module()
+        model.params = make_variables(init)
+        return model, tf.keras.mixed_precision.LossScaleOptimizer(optim.Lamb(0.1))
+
+    model, opt = fresh()
+    opt.apply_gradients(zip(non_finite(grads[0]), model.params))
+    opt.apply_gradients(zip([tf.constant(g) for g in grads[1]], model.params))
+    counter = opt.inner_optimizer.applied_steps
+    assert any(v is counter for v in optimizer_variables(opt))  # what broadcast_state sends
+    prefix = TrainingCheckpoints(model, opt, str(tmp_path)).save(2)
+
+    resumed_model, resumed = fresh()
+    assert TrainingCheckpoints(resumed_model, resumed).restore(prefix) == 2
+    assert int(resumed.inner_optimizer.applied_steps.numpy()) == 1
+    assert int(resumed.iterations.numpy()) == 2
+    for o, m in ((opt, model), (resumed, resumed_model)):
+        o.apply_gradients(zip([tf.constant(g) for g in grads[2]], m.params))
+    for a, b in zip(model.params, resumed_model.params):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_sparse_gradient_is_densified():
@@ -270,7 +325,8 @@ def test_tiny_bert_trains_with_build_optimizer():
 
     losses = [float(step()) for _ in range(6)]
     assert losses[-1] < 0.8 * losses[0]
-    assert len(opt.variables) == 1 + 2 * len(model.trainable_variables)  # iterations, m and v
+    # iterations, m and v, applied_steps
+    assert len(opt.variables) == 2 + 2 * len(model.trainable_variables)
 
 
 # ---------------------------------------------------------------- schedule

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from models.bert.workload import (PRESETS, BertRunConfig, division, eval_every_steps, load_model_config,
+from models.bert.workload import (PRESETS, BertRunConfig, division, eval_steps, load_model_config,
                                   plan_blocks, rules_eval_interval)
 from suite.config import ConfigError, resolve
 from suite.workload import local_batch_size
@@ -26,23 +26,45 @@ def test_eval_interval_follows_the_rules_formula(batch, interval):
     assert rules_eval_interval(batch) == interval
 
 
-def test_eval_points_are_rounded_up_to_whole_steps():
-    # NVIDIA's v2.1 logs at batch 448 evaluate at 150,080 samples: 335 steps.
+def test_each_eval_point_is_the_first_step_reaching_k_intervals():
+    # NVIDIA's v2.1 logs at batch 448 evaluate first at 150,080 samples: 335 steps.
     config = make()
-    assert eval_every_steps(config) == 335
+    steps = eval_steps(config)
+    assert steps[:3] == [335, 670, 1005]
+    # Rounding each point up on its own keeps the grid from drifting: 6 x 150,000 samples are reached
+    # at step 2009, not at 6 x 335 = 2010 as with an interval rounded up once.
+    assert steps[5] == 2009
+    for k, step in enumerate(steps, start=1):
+        assert step * 448 >= k * 150_000 > (step - 1) * 448
     blocks = plan_blocks(config)
     assert [b.eval_epoch_num for b in blocks[:3]] == [150_080, 300_160, 450_240]
     assert blocks[0].first_epoch_num == 0 and blocks[1].first_epoch_num == 150_080
     assert all(b.epoch_count == b.steps * 448 for b in blocks)
-    assert sum(b.steps for b in blocks) == 6700
-    assert blocks[-1].steps == 6700 - 335 * 19 and blocks[-1].eval_epoch_num == 6700 * 448
-    assert [b.eval_epoch_num for b in plan_blocks(make("closed_16xA100_gbs1536"))][:2] == [150_528, 301_056]
-    assert eval_every_steps(make("closed_32xA100_gbs3072")) == 57  # 175,104 samples
+    assert [b.eval_epoch_num for b in plan_blocks(make("closed_16xA100_gbs1536"))][:3] == [
+        150_528, 301_056, 450_048]
+    assert eval_steps(make("closed_32xA100_gbs3072"))[0] == 57  # 175,104 samples
 
 
-def test_an_explicit_interval_is_rounded_up_too():
+def test_the_budget_ends_on_the_evaluation_grid():
+    # 6700 steps at batch 448: the 20th point (3,000,000 samples) is step 6697; no extra evaluation
+    # is added for the last 3 steps.
+    blocks = plan_blocks(make())
+    assert len(blocks) == 20 and blocks[-1].eval_epoch_num == 6697 * 448
+    assert sum(b.steps for b in blocks) == 6697
+    for name in PRESETS:
+        config = make(name)
+        points = [b.eval_epoch_num for b in plan_blocks(config)]
+        interval = config.eval_interval_samples or rules_eval_interval(config.global_batch_size)
+        assert all(-(-(k * interval) // config.global_batch_size) * config.global_batch_size == samples
+                   for k, samples in enumerate(points, start=1)), name
+
+
+def test_an_explicit_interval_follows_the_same_grid():
     config = make("tiny_cpu", sets=["eval_interval_samples=100", "global_batch_size=32", "train_steps=10"])
-    assert [b.eval_epoch_num for b in plan_blocks(config)] == [128, 256, 320]
+    assert [b.eval_epoch_num for b in plan_blocks(config)] == [128, 224, 320]
+    short = make("tiny_cpu", sets=["eval_interval_samples=3200", "train_steps=50"])
+    with pytest.raises(ValueError, match="train_steps 50 ends before the first evaluation at step 100"):
+        plan_blocks(short)
 
 
 def test_presets_batch_arithmetic_adds_up():

@@ -80,14 +80,28 @@ def test_batch_not_divisible_by_accumulation_is_rejected():
         local_batch_size(448, 8, accumulation_steps=3)
 
 
-def test_closed_8gpu_plan_evaluates_at_3_7_to_35_then_at_the_budget():
+def test_closed_8gpu_plan_evaluates_on_the_grid_only():
+    # The learning rate decays over the preset's 37 epochs; evaluations stay on the grid 3, 7, ...:
+    # the run goes on to epoch 39 rather than adding an evaluation at epoch 37.
     config = make("closed_8xA100_gbs3264")
     blocks = plan_blocks(config, steps_per_epoch=392)
-    assert [b.eval_epoch_num for b in blocks] == [3, 7, 11, 15, 19, 23, 27, 31, 35, 37]
+    assert [b.eval_epoch_num for b in blocks] == [3, 7, 11, 15, 19, 23, 27, 31, 35, 39]
     assert (blocks[0].first_epoch_num, blocks[0].epoch_count) == (1, 3)
-    assert (blocks[1].first_epoch_num, blocks[1].epoch_count) == (4, 4)
-    assert [e for b in blocks for e, _ in b.epochs] == list(range(1, 38))
-    assert sum(b.steps for b in blocks) == 37 * 392
+    assert (blocks[-1].first_epoch_num, blocks[-1].epoch_count) == (36, 4)
+    assert [e for b in blocks for e, _ in b.epochs] == list(range(1, 40))
+    assert sum(b.steps for b in blocks) == 39 * 392
+    for name in PRESETS:
+        config = make(name)
+        first = config.eval_offset or config.epochs_between_evals
+        points = [b.eval_epoch_num for b in plan_blocks(config, 10)]
+        assert all((p - first) % config.epochs_between_evals == 0 for p in points), name
+        assert points[-1] >= config.epochs > points[-1] - config.epochs_between_evals, name
+
+
+def test_a_budget_on_the_grid_ends_there():
+    assert [b.eval_epoch_num for b in plan_blocks(make("closed_32xA100_gbs4096"), 10)][-2:] == [38, 42]
+    short = make("closed_8xA100_gbs3264", sets=["epochs=2"])
+    assert [b.eval_epoch_num for b in plan_blocks(short, 10)] == [3]
 
 
 def test_offset_zero_evaluates_every_fourth_epoch():
@@ -95,7 +109,7 @@ def test_offset_zero_evaluates_every_fourth_epoch():
     assert [b.eval_epoch_num for b in plan_blocks(config, 10)] == [4, 8]
 
 
-IMAGENET = SimpleNamespace(train_records=1_281_167, eval_records=50_000)
+IMAGENET = SimpleNamespace(train_records=1_281_167, eval_records=50_000, bounding_boxes=False)
 
 
 def test_closed_preset_on_imagenet_is_closed():

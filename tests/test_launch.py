@@ -47,9 +47,13 @@ def test_two_process_run_trains_and_keeps_ranks_identical(name, small_data, tmp_
 def test_single_process_run_matches_closed_batch_split(small_data, tmp_path):
     """One process, no launcher: the same command works and records the launcher as 'single'."""
     run_dir = tmp_path / "run"
-    result = run(train_cmd(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir)), timeout=300)
+    result = run(train_cmd(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir),
+                           "--set", "clear_cache=true"), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert read_json(run_dir / "env.json")["launcher"] == "single"
+    # The log says what dropping the page cache really did on this machine (root can, here).
+    cache_clear = [e["value"] for e in read_log(run_dir / "result_0.txt") if e["key"] == "cache_clear"]
+    assert cache_clear == [os.access("/proc/sys/vm/drop_caches", os.W_OK)]
     summary = read_json(run_dir / "summary.json")
     assert summary["local_batch_size"] == 32 and summary["world_size"] == 1
     for ruleset in ("1.1.0", "2.1.0"):

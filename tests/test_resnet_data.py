@@ -1,11 +1,13 @@
 """Tests of the ResNet-50 data pipelines, writers, converter, check and command line."""
 
+import dataclasses
 import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 
 import numpy as np
@@ -44,6 +46,12 @@ def _all_examples(files):
     return [example for path in files for example in _examples(path)]
 
 
+def _boxes(example):
+    """The record's image/object/bbox/{xmin, ymin, xmax, ymax} lists."""
+    return [list(example[f"image/object/bbox/{k}"].float_list.value)
+            for k in ("xmin", "ymin", "xmax", "ymax")]
+
+
 def _jpeg(pixels, fmt="JPEG", mode=None, quality=95):
     from PIL import Image
 
@@ -64,6 +72,19 @@ def _write_records(directory, records_by_file):
     return str(directory)
 
 
+def _write_dataset(directory, train, evals):
+    """One training and one validation shard of the given records, with the dataset.json runs need."""
+    _write_records(directory, {"train-00000-of-00001": train, "validation-00000-of-00001": evals})
+    data._write_metadata(str(directory), train_records=len(train), eval_records=len(evals), num_classes=None,
+                         train_shards=1, eval_shards=1, bounding_boxes=False)
+    return str(directory)
+
+
+def _read_metadata_file(directory):
+    with open(os.path.join(directory, "dataset.json")) as f:
+        return json.load(f)
+
+
 def _iterate(dataset, limit=100):
     for i, _ in enumerate(dataset):
         if i >= limit:
@@ -81,6 +102,7 @@ def test_generator_layout_and_metadata(learnable):
     with open(os.path.join(learnable.data_dir, "dataset.json")) as f:
         meta = json.load(f)
     assert meta["train_records"] == 24 and meta["eval_records"] == 15 and meta["num_classes"] == 3
+    assert meta["bounding_boxes"] is True and learnable.bounding_boxes is True  # one box per record
     assert (learnable.train_records, learnable.eval_records, learnable.num_classes) == (24, 15, 3)
 
     train = _all_examples(learnable.train_files)
@@ -139,24 +161,112 @@ def test_generator_refuses_non_empty_output_and_bad_arguments(tmp_path):
     assert info.train_records == 4 and info.eval_records == 2
 
 
-def test_dataset_info_counts_records_without_metadata(copy_of):
+def test_dataset_info_without_dataset_json_names_the_check_command(copy_of):
     os.remove(os.path.join(copy_of, "dataset.json"))
-    # Stray files that merely resemble shards are ignored.
-    open(os.path.join(copy_of, "train-00000-of-00003.tmp"), "w").close()
-    info = data.dataset_info(copy_of)
-    assert (info.train_records, info.eval_records, info.num_classes) == (24, 15, None)
-    assert len(info.train_files) == 3 and len(info.eval_files) == 3
-    assert info.data_dir == copy_of
+    with pytest.raises(data.DataError) as caught:
+        data.dataset_info(copy_of)
+    message = str(caught.value)
+    assert "\n" not in message and f"no dataset.json in {copy_of}" in message
+    assert f"`python -m models.resnet50.data_cli check {copy_of}`" in message
+    assert "add --small unless this is full ImageNet" in message
 
 
-def test_dataset_info_full_imagenet_layout_uses_constants(tmp_path):
+def test_full_imagenet_layout_without_dataset_json_is_refused_not_assumed(tmp_path):
     for i in range(1024):
         (tmp_path / f"train-{i:05d}-of-01024").touch()
     for i in range(128):
         (tmp_path / f"validation-{i:05d}-of-00128").touch()
-    info = data.dataset_info(str(tmp_path))
-    assert (info.train_records, info.eval_records, info.num_classes) == (1281167, 50000, 1000)
-    assert info.train_files[0].endswith("train-00000-of-01024") and len(info.eval_files) == 128
+    with pytest.raises(data.DataError, match=f"no dataset.json in {tmp_path}: .*data_cli check {tmp_path}`"):
+        data.dataset_info(str(tmp_path))
+
+
+def test_check_writes_dataset_json_that_dataset_info_accepts(copy_of, capsys):
+    os.remove(os.path.join(copy_of, "dataset.json"))
+    # Stray files that merely resemble shards are ignored.
+    open(os.path.join(copy_of, "train-00000-of-00003.tmp"), "w").close()
+    assert data_cli.main(["check", "--small", copy_of, "--sample", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"wrote {copy_of}/dataset.json with the counts found"
+    assert out.splitlines()[1].startswith(f"OK: {copy_of}: small dataset, 24 training records in 3 shards")
+    assert _read_metadata_file(copy_of) == {
+        "train_records": 24, "eval_records": 15, "num_classes": 3, "train_shards": 3, "eval_shards": 3,
+        "source": "data_cli check --small", "bounding_boxes": True}
+    assert not [name for name in os.listdir(copy_of) if name.startswith(".")]  # no temporary file left
+    info = data.dataset_info(copy_of)
+    assert (info.train_records, info.eval_records, info.num_classes, info.bounding_boxes) == (24, 15, 3, True)
+    assert len(info.train_files) == 3 and len(info.eval_files) == 3
+    assert info.data_dir == copy_of
+
+    # A second check verifies what the first wrote and leaves it alone.
+    written = os.stat(os.path.join(copy_of, "dataset.json")).st_mtime_ns
+    assert data_cli.main(["check", "--small", copy_of, "--sample", "0"]) == 0
+    assert capsys.readouterr().out.startswith("OK: ")
+    assert os.stat(os.path.join(copy_of, "dataset.json")).st_mtime_ns == written
+
+
+def test_check_with_problems_writes_no_dataset_json(copy_of, capsys):
+    os.remove(os.path.join(copy_of, "dataset.json"))
+    victim = os.path.join(copy_of, "train-00001-of-00003")
+    with open(victim, "r+b") as f:
+        f.truncate(os.path.getsize(victim) // 2)
+    assert data_cli.main(["check", "--small", copy_of, "--sample", "0"]) == 1
+    assert f"{victim}: unreadable" in capsys.readouterr().out
+    assert "dataset.json" not in os.listdir(copy_of)
+
+
+def test_check_adds_bounding_boxes_to_an_older_dataset_json(copy_of, capsys):
+    meta = _read_metadata_file(copy_of)
+    del meta["bounding_boxes"]
+    with open(os.path.join(copy_of, "dataset.json"), "w") as f:
+        json.dump(meta, f)
+    assert data.dataset_info(copy_of).bounding_boxes is None
+    assert data_cli.main(["check", "--small", copy_of, "--sample", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"added bounding_boxes to {copy_of}/dataset.json"
+    assert _read_metadata_file(copy_of) == {**meta, "bounding_boxes": True}
+
+
+def _age_atimes(files):
+    """Sets each file's access time days before its modification time, where a read must move it."""
+    for path in files:
+        modified = os.stat(path).st_mtime
+        os.utime(path, (modified - 10 * 86400, modified))
+    return _atimes(files)
+
+
+def _atimes(files):
+    return [os.stat(path).st_atime for path in files]
+
+
+def test_dataset_info_and_building_the_pipelines_open_no_tfrecord(copy_of):
+    """Runs call these before run_start, and MLPerf starts the clock before anything touches the data."""
+    files = sorted(os.path.join(copy_of, name) for name in os.listdir(copy_of) if name != "dataset.json")
+    before = _age_atimes(files)
+    with open(files[0], "rb") as f:  # relatime moves an atime older than the mtime on every read
+        f.read(1)
+    assert _atimes(files)[0] != before[0], "this file system does not record reads"
+
+    before = _age_atimes(files)
+    info = data.dataset_info(copy_of)
+    iterator = iter(data.train_dataset(info, 4, 16, CLASSES, 0, 1, 0))  # as the loop does before run_start
+    data.eval_dataset(info, 4, 16, CLASSES, 0, 1)
+    time.sleep(0.5)  # room for any background prefetch to start reading
+    assert _atimes(files) == before
+    # Without dataset.json the run is refused, still without a read.
+    os.remove(os.path.join(copy_of, "dataset.json"))
+    with pytest.raises(data.DataError, match="no dataset.json"):
+        data.dataset_info(copy_of)
+    assert _atimes(files) == before
+    next(iterator)
+    assert _atimes(files) != before  # the probe does see the pipeline's reads
+
+
+def test_dataset_info_needs_only_dataset_json_and_the_listing(copy_of):
+    for name in os.listdir(copy_of):
+        if name != "dataset.json":
+            with open(os.path.join(copy_of, name), "wb") as f:
+                f.write(b"not a TFRecord")
+    info = data.dataset_info(copy_of)
+    assert (info.train_records, info.eval_records, info.num_classes) == (24, 15, 3)
 
 
 def test_dataset_info_errors(tmp_path, copy_of):
@@ -182,6 +292,10 @@ def test_dataset_info_errors(tmp_path, copy_of):
     with open(meta_path, "w") as f:
         json.dump({"train_records": 24, "eval_records": 15, "train_shards": 4}, f)
     with pytest.raises(data.DataError, match="4 training shards"):
+        data.dataset_info(copy_of)
+    with open(meta_path, "w") as f:
+        json.dump({"train_records": 24, "eval_records": 15, "bounding_boxes": "no"}, f)
+    with pytest.raises(data.DataError, match="malformed .*: 'bounding_boxes' must be true or false"):
         data.dataset_info(copy_of)
 
 
@@ -331,6 +445,30 @@ def test_train_crop_respects_bounding_box():
     assert np.mean(with_box) > np.mean(without)
 
 
+def test_train_crop_without_boxes_is_the_references_whole_image_crop(monkeypatch):
+    """Closed data has no boxes: crops are drawn against [0, 0, 1, 1] with the reference's arguments."""
+    pixels = np.random.default_rng(0).integers(0, 255, (48, 64, 3))
+    image_bytes = tf.constant(_jpeg(pixels, quality=100))
+    no_box = tf.zeros([1, 0, 4])
+    whole = tf.constant([[[0.0, 0.0, 1.0, 1.0]]])
+    calls = []
+    sample = tf.image.stateless_sample_distorted_bounding_box
+
+    def recording_sample(*args, **kwargs):
+        calls.append(kwargs)
+        return sample(*args, **kwargs)
+
+    monkeypatch.setattr(tf.image, "stateless_sample_distorted_bounding_box", recording_sample)
+    for i in range(20):
+        seeds = tf.constant([3, i], tf.int64), tf.constant([4, i], tf.int64)
+        np.testing.assert_array_equal(data.train_image(image_bytes, no_box, 16, *seeds).numpy(),
+                                      data.train_image(image_bytes, whole, 16, *seeds).numpy())
+    # The MLPerf reference's imagenet_preprocessing.py.
+    expected = dict(min_object_covered=0.1, aspect_ratio_range=[0.75, 1.33], area_range=[0.05, 1.0],
+                    max_attempts=100, use_image_if_no_bounding_boxes=True)
+    assert all({key: call[key] for key in expected} == expected for call in calls) and len(calls) == 40
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Synthetic data
 
@@ -364,10 +502,9 @@ def test_corrupt_tfrecord_gives_one_line_message(copy_of, damage):
     message = data.describe_data_error(caught.value, info)
     assert message and "\n" not in message and copy_of in message
     assert "corrupt" in message
-    # Counting records (no dataset.json) names the file itself.
-    os.remove(os.path.join(copy_of, "dataset.json"))
-    with pytest.raises(data.DataError, match="validation-00001-of-00003"):
-        data.dataset_info(copy_of)
+    # The pre-flight check names the file itself.
+    problems = data.check_imagenet(copy_of, expect_full_imagenet=False, sample_records=0, progress=False)
+    assert any(problem.startswith(f"{victim}: unreadable") for problem in problems)
 
 
 def test_label_out_of_range_gives_one_line_message(learnable):
@@ -382,10 +519,8 @@ def test_label_out_of_range_gives_one_line_message(learnable):
 def test_zero_label_and_bad_jpeg_give_one_line_messages(tmp_path):
     good = data._example(_jpeg(np.full((20, 20, 3), 128)), 0, "n0", "zero.JPEG", 20, 20)
     bad = data._example(b"this is not a jpeg", 1, "n0", "bad.JPEG", 20, 20)
-    zero_dir = _write_records(tmp_path / "zero", {"train-00000-of-00001": [good],
-                                                  "validation-00000-of-00001": [good]})
-    bad_dir = _write_records(tmp_path / "bad", {"train-00000-of-00001": [bad],
-                                                "validation-00000-of-00001": [bad]})
+    zero_dir = _write_dataset(tmp_path / "zero", [good], [good])
+    bad_dir = _write_dataset(tmp_path / "bad", [bad], [bad])
     info = data.dataset_info(zero_dir)
     with pytest.raises(tf.errors.InvalidArgumentError) as caught:
         _iterate(data.eval_dataset(info, 1, 16, 5, 0, 1))
@@ -403,8 +538,7 @@ def test_zero_label_and_bad_jpeg_give_one_line_messages(tmp_path):
 def test_missing_required_feature_is_described(tmp_path):
     record = tf.train.Example(features=tf.train.Features(feature={
         "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))})).SerializeToString()
-    directory = _write_records(tmp_path / "nofeat", {"train-00000-of-00001": [record],
-                                                     "validation-00000-of-00001": [record]})
+    directory = _write_dataset(tmp_path / "nofeat", [record], [record])
     info = data.dataset_info(directory)
     with pytest.raises(tf.errors.InvalidArgumentError) as caught:
         _iterate(data.eval_dataset(info, 1, 16, 5, 0, 1))
@@ -495,13 +629,9 @@ def test_convert_imagenet_tiny(tmp_path):
         assert encoded.startswith(b"\xff\xd8\xff"), name  # the PNG and the CMYK file were re-encoded
         image = tf.io.decode_jpeg(encoded).numpy()
         assert image.shape == (30, 40, 3), name
-        boxes = [list(example[f"image/object/bbox/{k}"].float_list.value)
-                 for k in ("xmin", "ymin", "xmax", "ymax")]
-        if name == "n01000001_0.JPEG":
-            # Pixel boxes normalised by 40 x 30 and clipped to the image.
-            np.testing.assert_allclose(boxes, [[0.1, 0.0], [0.1, 0.0], [0.5, 1.0], [0.5, 1.0]], atol=1e-6)
-        else:
-            assert boxes == [[], [], [], []]
+    # LOC_train_solution.csv and LOC_val_solution.csv have boxes, but the reference data has none.
+    assert [_boxes(e) for e in train + _all_examples(info.eval_files)] == [[[], [], [], []]] * 12
+    assert _read_metadata_file(info.data_dir)["bounding_boxes"] is False and info.bounding_boxes is False
     evals = _all_examples(info.eval_files)
     assert [e["image/filename"].bytes_list.value[0].decode() for e in evals] == \
         [f"{stem}.JPEG" for stem in sorted(truth)]
@@ -510,11 +640,71 @@ def test_convert_imagenet_tiny(tmp_path):
     with open(os.path.join(info.data_dir, "dataset.json")) as f:
         assert json.load(f)["num_classes"] == 3
 
-    # The pipelines read the converted records (mostly without boxes).
+    # The pipelines read the converted records.
     images, batch_labels = next(iter(data.train_dataset(info, 4, 16, 3, 0, 1, 0)))
     assert images.shape == (4, 16, 16, 3) and set(batch_labels.numpy()) <= {0, 1, 2}
     signatures, _ = _eval_signatures(info, 1, batch=2, image_size=16)
     assert sorted(label for label, _ in signatures) == sorted(labels[w] - 1 for w in truth.values())
+
+
+def test_convert_with_bounding_boxes_is_open_division_data(tmp_path):
+    raw = tmp_path / "raw"
+    _make_raw_imagenet(raw)
+    out = tmp_path / "boxed"
+    run = _cli("convert", raw, out, "--train-shards", 2, "--eval-shards", 1, "--workers", 1,
+               "--bounding-boxes")
+    assert run.returncode == 0, run.stderr
+    info = data.dataset_info(str(out))
+    assert info.bounding_boxes is True and _read_metadata_file(out)["bounding_boxes"] is True
+    train = {e["image/filename"].bytes_list.value[0].decode(): _boxes(e)
+             for e in _all_examples(info.train_files)}
+    # Pixel boxes normalised by 40 x 30 and clipped to the image.
+    np.testing.assert_allclose(train.pop("n01000001_0.JPEG"),
+                               [[0.1, 0.0], [0.1, 0.0], [0.5, 1.0], [0.5, 1.0]], atol=1e-6)
+    assert all(boxes == [[], [], [], []] for boxes in train.values())
+    assert all(len(_boxes(e)[0]) == 2 for e in _all_examples(info.eval_files))  # LOC_val_solution.csv's
+
+    # Closed-rule check: the records themselves are scanned, not only dataset.json.
+    problems = data.check_imagenet(str(out), sample_records=0, progress=False)
+    boxed = [p for p in problems if "bounding boxes" in p]
+    assert len(boxed) == 1 and boxed[0].startswith(f"{out}/")
+    assert "(image/object/bbox/*; 4 in 2 files): not closed-division data" in boxed[0]
+    assert "--bounding-boxes" in boxed[0]
+    assert data.check_imagenet(str(out), expect_full_imagenet=False, sample_records=0, progress=False) == []
+    meta = _read_metadata_file(out)
+    with open(out / "dataset.json", "w") as f:
+        json.dump({**meta, "bounding_boxes": False}, f)
+    assert data.check_imagenet(str(out), expect_full_imagenet=False, sample_records=0, progress=False) == [
+        f"{out}/dataset.json says bounding_boxes false, but 4 records hold boxes"]
+
+
+def test_cli_convert_without_the_flag_writes_no_boxes(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    _make_raw_imagenet(raw)
+    assert data_cli.main(["convert", str(raw), str(tmp_path / "plain"), "--train-shards", "1",
+                          "--eval-shards", "1"]) == 0
+    info = data.dataset_info(str(tmp_path / "plain"))
+    assert info.bounding_boxes is False
+    assert all(_boxes(e) == [[], [], [], []] for e in _all_examples(info.train_files + info.eval_files))
+    with pytest.raises(SystemExit):
+        data_cli.main(["convert", "--help"])
+    assert "makes the data open division only" in " ".join(capsys.readouterr().out.split())
+
+
+def test_division_is_open_for_data_with_bounding_boxes(learnable):
+    from models.resnet50.workload import PRESETS, ResNetConfig, division
+    from suite.config import resolve
+
+    config = resolve(ResNetConfig, PRESETS, "closed_8xA100_gbs3264", extra={"data_dir": "/data"})
+    imagenet = dataclasses.replace(learnable, train_records=1281167, eval_records=50000, num_classes=1000)
+    assert division(config, dataclasses.replace(imagenet, bounding_boxes=False)).name == "closed"
+    boxed = division(config, imagenet)
+    assert boxed.name == "open"
+    assert boxed.reasons == ("bounding_boxes true in dataset.json (closed: false, no boxes, as in the "
+                             "reference data)",)
+    unknown = division(config, dataclasses.replace(imagenet, bounding_boxes=None))
+    assert unknown.reasons == ("bounding_boxes unknown in dataset.json (closed: false, no boxes, as in the "
+                               "reference data)",)
 
 
 @pytest.mark.parametrize("source", ["meta", "sorted"])
@@ -599,6 +789,7 @@ def test_check_small_dataset_passes_and_full_imagenet_check_fails(learnable):
     assert "expected 1024" in text and "expected 128" in text
     assert "expects 1281167" in text and "expects 50000" in text
     assert "997 of 1000 labels never occur" in text
+    assert "not closed-division data" in text  # the generated records have boxes
     assert all(learnable.data_dir in problem for problem in problems)
 
 

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from models.resnet50 import optim
+from models.resnet50.model import build_resnet50
 
 RTOL = 1e-5
 ATOL = 1e-7
@@ -308,24 +309,28 @@ def test_schedule_get_config_round_trip():
 # ---------------------------------------------------------------- SGD path
 
 def test_sgd_with_l2_matches_numpy():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,)),
+                                 tf.keras.layers.BatchNormalization()])
+    variables = model.trainable_variables  # dense kernel, dense bias, BN gamma, BN beta
     rng = np.random.default_rng(3)
-    init = [rng.standard_normal(s).astype(np.float32) for s in ((3, 2), (2,))]
-    coeffs = [rng.standard_normal(x.shape).astype(np.float32) for x in init]
+    for v in variables:
+        v.assign(rng.standard_normal(v.shape).astype(np.float32))
+    decayed = [True, True, False, False]  # the reference decays the bias but not BN
+    coeffs = [rng.standard_normal(v.shape).astype(np.float32) for v in variables]
     args = dict(base_lr=0.4, warmup_steps=1, total_steps=4)
     wd, momentum = 1e-2, 0.9
     opt, schedule = optim.build_optimizer("sgd", momentum=momentum, weight_decay=wd, **args)
     assert isinstance(opt, tf.keras.optimizers.SGD)
-    variables = [tf.Variable(x) for x in init]
-    ws = [x.astype(np.float64) for x in init]
+    ws = [v.numpy().astype(np.float64) for v in variables]
     ms = [np.zeros_like(w) for w in ws]
     for step in range(4):
         with tf.GradientTape() as tape:
             data_loss = tf.add_n([tf.reduce_sum(tf.constant(c) * v) for c, v in zip(coeffs, variables)])
-            loss = data_loss + optim.l2_regularization(variables, wd)
+            loss = data_loss + optim.l2_regularization(optim.l2_decayed_variables(model), wd)
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         lr = np_schedule(step, **args)
-        for i in range(2):
-            g = coeffs[i] + (2 * wd * ws[i] if ws[i].ndim > 1 else 0.0)  # the bias is not decayed
+        for i in range(len(ws)):
+            g = coeffs[i] + (2 * wd * ws[i] if decayed[i] else 0.0)
             ms[i] = momentum * ms[i] - lr * g
             ws[i] = ws[i] + ms[i]
             np.testing.assert_allclose(variables[i].numpy(), ws[i], rtol=RTOL, atol=WEIGHT_ATOL)
@@ -335,10 +340,39 @@ def test_l2_regularization_value():
     kernel = np.arange(6, dtype=np.float32).reshape(2, 3)
     variables = [tf.Variable(kernel), tf.Variable(np.ones(3, np.float32)), tf.Variable(2.0)]
     got = float(optim.l2_regularization(variables, 1e-3))
-    assert got == pytest.approx(1e-3 * np.sum(kernel ** 2), rel=1e-6)
+    assert got == pytest.approx(1e-3 * (np.sum(kernel ** 2) + 3 + 4), rel=1e-6)
     assert float(optim.l2_regularization(variables, 0.0)) == 0.0
-    assert float(optim.l2_regularization(variables, 1e-3, skip=lambda v: False)) == pytest.approx(
-        1e-3 * (np.sum(kernel ** 2) + 3 + 4), rel=1e-6)
+    assert float(optim.l2_regularization([], 1e-3)) == 0.0
+
+
+def test_resnet50_l2_decays_all_but_batch_norm_gamma_and_beta():
+    model = build_resnet50(num_classes=4, image_size=32)
+    rng = np.random.default_rng(5)
+    for v in model.trainable_variables:
+        if v.name.endswith(("/bias:0", "/beta:0")):  # zeros at init: give them something to decay
+            v.assign(rng.standard_normal(v.shape).astype(np.float32))
+    wd = 1e-3
+    with tf.GradientTape() as tape:
+        l2 = optim.l2_regularization(optim.l2_decayed_variables(model), wd)
+    grads = tape.gradient(l2, model.trainable_variables)
+    regularized = {v.name for v, g in zip(model.trainable_variables, grads) if g is not None}
+    batch_norm = {v.name for v in model.trainable_variables if v.name.endswith(("/gamma:0", "/beta:0"))}
+    assert regularized == {v.name for v in model.trainable_variables} - batch_norm
+    assert "fc1000/bias:0" in regularized and "fc1000/kernel:0" in regularized
+    want = wd * sum(np.sum(np.square(v.numpy().astype(np.float64)))
+                    for v in model.trainable_variables if v.name in regularized)
+    assert float(l2) == pytest.approx(want, rel=1e-5)
+    for v, g in zip(model.trainable_variables, grads):
+        if g is not None:
+            np.testing.assert_allclose(g.numpy(), 2 * wd * v.numpy(), rtol=RTOL, atol=ATOL, err_msg=v.name)
+
+
+def test_lars_skips_exactly_batch_norm_and_the_fc_bias_in_resnet50():
+    # The reference LARS skip list: names with 'batch_normalization', 'bias' or 'bn'.
+    model = build_resnet50(num_classes=4, image_size=32)
+    skipped = {v.name for v in model.trainable_variables if optim.is_vector_or_scalar(v)}
+    assert skipped == {v.name for v in model.trainable_variables
+                       if v.name.endswith(("/gamma:0", "/beta:0", "/bias:0"))}
 
 
 def test_build_optimizer_lars_and_unknown_name():
@@ -395,4 +429,10 @@ def test_closed_rules_flag_violations():
     assert closed(momentum=0.95, global_batch_size=3264) != []
     assert closed(momentum=0.95, global_batch_size=65536) == []
     assert closed("adam") != []
+    assert closed(eeta=0.001) == []
+
+
+def test_closed_rules_fix_the_lars_trust_coefficient():
+    assert closed(eeta=0.002) == ["lars eeta (trust coefficient) 0.002 is not 0.001"]
+    assert closed("sgd", base_lr=0.256, eeta=0.002) == []  # SGD has no trust ratio
     assert len(closed("sgd", base_lr=0.1005, weight_decay=3e-5, end_lr=0.0, power=1, momentum=0.8)) == 5

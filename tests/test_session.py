@@ -40,3 +40,16 @@ def test_bad_input_is_one_line_without_a_traceback_file(tmp_path, capsys):
     assert not list(tmp_path.glob("traceback-*"))
     # Not started: no run_stop is written.
     assert "run_stop" not in (tmp_path / "result_0.txt").read_text()
+
+
+def test_a_resumed_run_is_open_division_and_says_why():
+    from types import SimpleNamespace
+    from suite.workload import Division
+    resumed = session.division_of_run(Division("closed"), SimpleNamespace(resume_from="runs/a/checkpoints"))
+    assert resumed.name == "open"
+    assert resumed.reasons == ("resumed from runs/a/checkpoints (closed: one uninterrupted run)",)
+    already_open = session.division_of_run(Division("open", ("synthetic data",)),
+                                           SimpleNamespace(resume_from="ckpt"))
+    assert already_open.reasons[0] == "synthetic data" and len(already_open.reasons) == 2
+    fresh = session.division_of_run(Division("closed"), SimpleNamespace(resume_from=""))
+    assert (fresh.name, fresh.reasons) == ("closed", ())

@@ -85,11 +85,12 @@ class DatasetInfo:
     eval_records: int
     train_records: int | None  # known only from dataset.json: counting 365 GB is not an option
     vocab_size: int | None
-    generated: bool  # dataset.json present, i.e. written by write_learnable_dataset
-    vocab_file: str | None = None  # vocab.txt beside the data (generated sets)
-    bert_config_file: str | None = None  # bert_config.json beside the data (generated sets)
+    generated: bool  # dataset.json written by write_learnable_dataset, not by `data_cli check`
+    vocab_file: str | None = None  # vocab.txt beside the data, if any (generated sets have one)
+    bert_config_file: str | None = None  # bert_config.json beside the data, if any (generated sets have one)
     majority_baseline_accuracy: float | None = None
     context_rule_accuracy: float | None = None
+    max_token_id: int | None = None  # the largest token id `data_cli check` saw in its sample
 
     @property
     def mlperf_layout(self) -> bool:
@@ -105,47 +106,56 @@ class DatasetInfo:
 # Discovery
 
 
-def dataset_info(data_dir: str, seq_length: int = MLPERF_SEQ_LENGTH,
-                 max_predictions: int = MLPERF_MAX_PREDICTIONS) -> DatasetInfo:
-    """Finds `data_dir`/train and /eval, reads dataset.json (its lengths win) and checks the first records."""
+def dataset_info(data_dir: str, metadata: dict | None = None) -> DatasetInfo:
+    """Finds `data_dir`/train and /eval and describes them from dataset.json, without reading a record.
+
+    MLPerf starts the clock before anything touches the data, so a run may use only dataset.json, file
+    listings and file sizes until run_start; the records themselves are vouched for by `data_cli check`,
+    which writes dataset.json for the MLPerf data. `metadata` stands in for a dataset.json not written yet.
+    """
     data_dir = os.fspath(data_dir)
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"data directory not found: {data_dir}")
-    meta = read_metadata(data_dir)
     train_files = _split_files(data_dir, TRAIN_DIR)
     eval_files = _split_files(data_dir, EVAL_DIR)
-    if meta is not None:
-        seq_length, max_predictions = meta["seq_length"], meta["max_predictions"]
-        _check_metadata_shards(meta, data_dir, train_files, eval_files)
-    for path in (train_files[0], eval_files[0]):
-        problem = _first_record_problem(path, seq_length, max_predictions)
-        if problem:
-            raise DataError(f"{path}: {problem}")
+    meta = metadata if metadata is not None else read_metadata(data_dir)
+    if meta is None:
+        raise DataError(f"{os.path.join(data_dir, METADATA_FILE)} not found: run `{check_command(data_dir)}` "
+                        f"once after preparing the data (it checks the records and writes that file)")
+    _check_metadata_shards(meta, data_dir, train_files, eval_files)
+    _check_eval_bytes(meta, data_dir, eval_files)
     # A rank whose files are all empty would wait forever for its first batch.
-    empty = [path for path in train_files if tf.io.gfile.stat(path).length == 0]
+    empty = [path for path in train_files if _size(path) == 0]
     if empty:
         more = f" and {len(empty) - 1} more" if len(empty) > 1 else ""
         raise DataError(f"empty training file {empty[0]}{more}")
-    eval_records = _count_records(eval_files)
-    expected = meta["eval_records"] if meta is not None else MLPERF_EVAL_RECORDS
-    if eval_records != expected:
-        source = f"{os.path.join(data_dir, METADATA_FILE)} declares" if meta else "MLPerf's eval_10k has"
-        raise DataError(f"{os.path.join(data_dir, EVAL_DIR)}: {eval_records} eval records, "
-                        f"{source} {expected}")
-    return _info(data_dir, train_files, eval_files, seq_length, max_predictions, eval_records, meta)
+    return _info(data_dir, train_files, eval_files, meta)
 
 
-def _info(data_dir, train_files, eval_files, seq_length, max_predictions, eval_records, meta):
-    meta = meta or {}
+def check_command(data_dir) -> str:
+    """The pre-flight check that vouches for the records of `data_dir` and writes its dataset.json."""
+    return f"python -m models.bert.data_cli check --data-dir {data_dir}"
+
+
+def _info(data_dir, train_files, eval_files, meta):
     beside = {name: os.path.join(data_dir, name) for name in (VOCAB_FILE, CONFIG_FILE)}
-    present = {name: path if meta and tf.io.gfile.exists(path) else None for name, path in beside.items()}
+    present = {name: path if tf.io.gfile.exists(path) else None for name, path in beside.items()}
     return DatasetInfo(
-        data_dir=data_dir, train_files=train_files, eval_files=eval_files, seq_length=seq_length,
-        max_predictions=max_predictions, eval_records=eval_records,
-        train_records=meta.get("train_records"), vocab_size=meta.get("vocab_size"), generated=bool(meta),
-        vocab_file=present[VOCAB_FILE], bert_config_file=present[CONFIG_FILE],
+        data_dir=data_dir, train_files=train_files, eval_files=eval_files, seq_length=meta["seq_length"],
+        max_predictions=meta["max_predictions"], eval_records=meta["eval_records"],
+        train_records=meta.get("train_records"), vocab_size=meta.get("vocab_size"),
+        generated=_is_generated(meta), vocab_file=present[VOCAB_FILE], bert_config_file=present[CONFIG_FILE],
         majority_baseline_accuracy=meta.get("majority_baseline_accuracy"),
-        context_rule_accuracy=meta.get("context_rule_accuracy"))
+        context_rule_accuracy=meta.get("context_rule_accuracy"), max_token_id=meta.get("max_token_id"))
+
+
+def _is_generated(meta):
+    # Generated sets written before the field existed have none; `data_cli check` writes false.
+    return meta.get("generated", True)
+
+
+def _size(path):
+    return tf.io.gfile.stat(path).length
 
 
 def _is_record_file(name):
@@ -190,12 +200,17 @@ def read_metadata(data_dir) -> dict | None:
     for key in ("seq_length", "max_predictions"):
         if not (_is_count(meta.get(key)) and meta[key] > 0):
             raise DataError(f"malformed {path}: '{key}' must be a positive integer")
-    for key in ("train_records", "eval_records"):
-        if not _is_count(meta.get(key)):
-            raise DataError(f"malformed {path}: '{key}' must be a non-negative integer")
+    if not _is_count(meta.get("eval_records")):
+        raise DataError(f"malformed {path}: 'eval_records' must be a non-negative integer")
+    # train_records is null when nobody counted them (`data_cli check` does not read 365 GB).
+    for key in ("train_records", "max_token_id", "train_shards", "eval_shards", "eval_bytes"):
+        if meta.get(key) is not None and not _is_count(meta[key]):
+            raise DataError(f"malformed {path}: '{key}' must be a non-negative integer or null")
     vocab_size = meta.get("vocab_size")
     if vocab_size is not None and not (_is_count(vocab_size) and vocab_size > 0):
         raise DataError(f"malformed {path}: 'vocab_size' must be a positive integer or null")
+    if not isinstance(meta.get("generated", True), bool):
+        raise DataError(f"malformed {path}: 'generated' must be true or false")
     return meta
 
 
@@ -208,9 +223,19 @@ def _check_metadata_shards(meta, data_dir, train_files, eval_files):
     path = os.path.join(data_dir, METADATA_FILE)
     for key, files, split in (("train_shards", train_files, TRAIN_DIR),
                               ("eval_shards", eval_files, EVAL_DIR)):
-        if key in meta and meta[key] != len(files):
+        if meta.get(key) is not None and meta[key] != len(files):
             raise DataError(f"{path} lists {meta[key]} {split} files but {os.path.join(data_dir, split)} "
                             f"holds {len(files)}")
+
+
+def _check_eval_bytes(meta, data_dir, eval_files):
+    # The eval count comes from dataset.json: eval files changed after it was written would be miscounted.
+    expected = meta.get("eval_bytes")
+    found = sum(_size(path) for path in eval_files)
+    if expected is not None and found != expected:
+        raise DataError(f"{os.path.join(data_dir, EVAL_DIR)} holds {found:,} bytes of records but "
+                        f"{os.path.join(data_dir, METADATA_FILE)} was written for {expected:,} "
+                        f"({meta['eval_records']} eval records): run `{check_command(data_dir)}`")
 
 
 def _count_records(files):
@@ -223,16 +248,6 @@ def _count_records(files):
         except tf.errors.OpError as err:
             raise DataError(f"cannot read {path}: {_tf_message(err)}") from None
     return total
-
-
-def _first_record_problem(path, seq_length, max_predictions):
-    try:
-        first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
-    except tf.errors.OpError as err:
-        return f"unreadable: {_tf_message(err)}"
-    if first is None:
-        return "holds no records"
-    return _record_schema_problem(first.numpy(), seq_length, max_predictions, "first record: ")
 
 
 def _record_schema_problem(serialized, seq_length, max_predictions, where=""):
@@ -377,7 +392,7 @@ def describe_data_error(err: Exception, info: DatasetInfo) -> str | None:
     if not isinstance(err, tf.errors.OpError):
         return None
     text = _tf_message(err)
-    hint = f"`python -m models.bert.data_cli check --data-dir {info.data_dir}` samples every split"
+    hint = f"`{check_command(info.data_dir)}` samples every split"
     if isinstance(err, tf.errors.DataLossError):
         culprit = _first_bad_file(info)
         if culprit:
@@ -492,6 +507,22 @@ def vocab_problem(vocab_path: str, vocab_size: int) -> str | None:
     return None
 
 
+def vocabulary_problem(info: DatasetInfo, vocab_size: int) -> str | None:
+    """A line when the model's vocab_size cannot cover the data's token ids, by dataset.json alone.
+
+    dataset.json's vocab_size, or else the largest token id `data_cli check` saw, stands for the data:
+    a run may not read records before run_start to find out.
+    """
+    path = os.path.join(info.data_dir, METADATA_FILE)
+    if info.vocab_size is not None and vocab_size < info.vocab_size:
+        return (f"vocabulary/config mismatch: the model's vocab_size {vocab_size} is smaller than the "
+                f"vocab_size {info.vocab_size} of {path} (does bert_config.json go with this data?)")
+    if info.max_token_id is not None and vocab_size <= info.max_token_id:
+        return (f"vocabulary/config mismatch: {path} records token id {info.max_token_id}, outside the "
+                f"model's vocab_size {vocab_size} (does bert_config.json go with this data?)")
+    return None
+
+
 def token_id_problem(info: DatasetInfo, vocab_size: int, sample: int = 256) -> str | None:
     """A line naming the file when a sampled record (train and eval) holds a token id >= vocab_size."""
     for path, records in _sample_records(info.train_files, sample) + _sample_records(info.eval_files, sample):
@@ -533,13 +564,16 @@ def _int_values(serialized, name):
 # Pre-flight checks of a data directory and of the phase-1 checkpoint
 
 
-def check_mlperf_dataset(data_dir: str, sample_records: int = 256, notes: list | None = None) -> list[str]:
+def check_mlperf_dataset(data_dir: str, sample_records: int = 256, notes: list | None = None,
+                         new_metadata: dict | None = None) -> list[str]:
     """Problems that would stop or invalidate a run on `data_dir` (empty when none), one line each.
 
-    Without dataset.json the MLPerf rules apply: 512/76 records, eval set of exactly 10,000 records
-    (eval_10k of the reference's size), training shards part-NNNNN-of-00500. With it (generated data) the
-    lengths and counts it declares apply instead. Which rules applied, and warnings that are not
-    problems (a re-packed training set), are appended to `notes`.
+    Without dataset.json, or with the one `data_cli check` wrote (generated false), the MLPerf rules apply:
+    512/76 records, eval set of exactly 10,000 records (eval_10k of the reference's size), training shards
+    part-NNNNN-of-00500; a written dataset.json must still describe the files. With a generated set's
+    dataset.json the lengths and counts it declares apply instead. Which rules applied, and warnings that
+    are not problems (a re-packed training set), are appended to `notes`. Without dataset.json and without
+    problems, `new_metadata` (a dict, when given) receives the dataset.json that `data_cli check` writes.
     """
     data_dir = os.fspath(data_dir)
     notes = [] if notes is None else notes
@@ -550,9 +584,10 @@ def check_mlperf_dataset(data_dir: str, sample_records: int = 256, notes: list |
         meta = read_metadata(data_dir)
     except DataError as err:
         return [str(err)]
-    seq_length, max_predictions = ((meta["seq_length"], meta["max_predictions"]) if meta
+    rules = meta if meta is not None and _is_generated(meta) else None  # None: the MLPerf rules
+    seq_length, max_predictions = ((rules["seq_length"], rules["max_predictions"]) if rules
                                    else (MLPERF_SEQ_LENGTH, MLPERF_MAX_PREDICTIONS))
-    vocab_size = (meta or {}).get("vocab_size") or (None if meta else MLPERF_VOCAB_SIZE)
+    vocab_size = rules.get("vocab_size") if rules else MLPERF_VOCAB_SIZE
     notes.append(_rules_note(data_dir, meta, seq_length, max_predictions))
     splits = {}
     for split in (TRAIN_DIR, EVAL_DIR):
@@ -563,26 +598,73 @@ def check_mlperf_dataset(data_dir: str, sample_records: int = 256, notes: list |
                      else "no TFRecord files (part-NNNNN-of-NNNNN, eval_10k or *.tfrecord*)")
             problems.append(f"{where}: {found}")
     train_files, eval_files = splits[TRAIN_DIR] or (), splits[EVAL_DIR] or ()
-    problems += _train_layout_problems(data_dir, train_files, meta, notes)
-    problems += _eval_problems(data_dir, eval_files, meta, seq_length, max_predictions)
-    if meta and train_files:
+    problems += _train_layout_problems(data_dir, train_files, rules, notes)
+    eval_problems, eval_records = _eval_problems(data_dir, eval_files, rules, seq_length, max_predictions)
+    problems += eval_problems
+    if rules and train_files and rules.get("train_records") is not None:
         count = _count_or_problem(train_files, problems)
-        if count is not None and count != meta["train_records"]:
+        if count is not None and count != rules["train_records"]:
             problems.append(f"{os.path.join(data_dir, TRAIN_DIR)}: {count} training records, "
-                            f"{os.path.join(data_dir, METADATA_FILE)} declares {meta['train_records']}")
+                            f"{os.path.join(data_dir, METADATA_FILE)} declares {rules['train_records']}")
     sampled = _sample_records(train_files, sample_records) + _sample_records(eval_files, sample_records)
     for path, records in sampled:
         problems += _sampled_record_problems(path, records, seq_length, max_predictions, vocab_size)
+    described = {"seq_length": seq_length, "max_predictions": max_predictions, "vocab_size": vocab_size,
+                 "eval_records": eval_records, "train_shards": len(train_files),
+                 "eval_shards": len(eval_files), "eval_bytes": sum(_size(path) for path in eval_files)}
+    if meta is None:
+        if not problems and new_metadata is not None:
+            new_metadata.update(_checked_metadata(described, sampled))
+    elif not rules:
+        problems += _stale_metadata_problems(data_dir, meta, described)
+    elif not eval_problems:  # a generated set's counts were checked above; reported eval files say it all
+        problems += _stale_metadata_problems(data_dir, meta, {"eval_bytes": described["eval_bytes"]})
     return problems
 
 
 def _rules_note(data_dir, meta, seq_length, max_predictions):
-    if meta:
-        return (f"rules: generated data ({os.path.join(data_dir, METADATA_FILE)}): {seq_length} tokens, "
-                f"{max_predictions} predictions, {meta['train_records']} training and {meta['eval_records']} "
-                f"eval records as declared")
+    path = os.path.join(data_dir, METADATA_FILE)
+    if meta and _is_generated(meta):
+        train = meta["train_records"] if meta.get("train_records") is not None else "uncounted"
+        return (f"rules: generated data ({path}): {seq_length} tokens, {max_predictions} predictions, "
+                f"{train} training and {meta['eval_records']} eval records as declared")
     return (f"rules: MLPerf reference data: {MLPERF_SEQ_LENGTH} tokens, {MLPERF_MAX_PREDICTIONS} "
-            f"predictions, vocab_size {MLPERF_VOCAB_SIZE}, exactly {MLPERF_EVAL_RECORDS} eval records")
+            f"predictions, vocab_size {MLPERF_VOCAB_SIZE}, exactly {MLPERF_EVAL_RECORDS} eval records"
+            f"{f', and {path} as written by check' if meta else ''}")
+
+
+def _stale_metadata_problems(data_dir, meta, described):
+    """One line when dataset.json no longer describes the files (runs trust it without reading them)."""
+    path = os.path.join(data_dir, METADATA_FILE)
+    differ = [f"{key} {meta[key]} (the data: {value})" for key, value in described.items()
+              if value is not None and meta.get(key) is not None and meta[key] != value]
+    if not differ:
+        return []
+    remedy = ("delete it and run this check again" if not _is_generated(meta)
+              else "generate the set again")
+    return [f"{path} does not describe the data any more: {', '.join(differ)}; {remedy}"]
+
+
+def _checked_metadata(described, sampled):
+    """dataset.json for MLPerf data that passed the check: runs take their description from it."""
+    ids = [max(_int_values(record, "input_ids") + _int_values(record, "masked_lm_ids"), default=0)
+           for _, records in sampled for record in records]
+    return {"source": "MLPerf reference data, described by `python -m models.bert.data_cli check`",
+            "generated": False, **described, "train_records": None, "max_token_id": max(ids, default=None),
+            "max_token_id_sample": sum(len(records) for _, records in sampled)}
+
+
+def write_metadata(data_dir: str, fields: dict) -> str:
+    """Writes `data_dir`/dataset.json whole or not at all (a temporary file, then a rename); its path."""
+    path = os.path.join(os.fspath(data_dir), METADATA_FILE)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        _write_json(temporary, fields)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
 
 
 def _count_or_problem(files, problems):
@@ -624,8 +706,9 @@ def _train_layout_problems(data_dir, files, meta, notes):
 
 
 def _eval_problems(data_dir, files, meta, seq_length, max_predictions):
+    """(problems, record count or None) of the eval files; `meta` None means the MLPerf rules."""
     if not files:
-        return []
+        return [], None
     folder = os.path.join(data_dir, EVAL_DIR)
     problems = _missing_shard_problems(folder, files)
     count = _count_or_problem(files, problems)
@@ -643,7 +726,7 @@ def _eval_problems(data_dir, files, meta, seq_length, max_predictions):
         problem = _file_problem(path, seq_length, max_predictions)
         if problem and "unreadable" not in problem:  # unreadable files were reported by the count
             problems.append(f"{path}: {problem}")
-    return problems
+    return problems, count
 
 
 def _sampled_record_problems(path, records, seq_length, max_predictions, vocab_size, limit=3):
@@ -771,11 +854,14 @@ def _write_json(path, fields):
 
 
 def _write_split(folder, records, shards):
+    """Writes the records in `shards` numbered files; returns their total size in bytes."""
     os.makedirs(folder)
-    for index, chunk in enumerate(split_evenly(records, shards)):
-        with tf.io.TFRecordWriter(os.path.join(folder, _shard_name(index, shards))) as writer:
+    paths = [os.path.join(folder, _shard_name(index, shards)) for index in range(shards)]
+    for path, chunk in zip(paths, split_evenly(records, shards)):
+        with tf.io.TFRecordWriter(path) as writer:
             for record in chunk:
                 writer.write(record)
+    return sum(os.path.getsize(path) for path in paths)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -882,16 +968,17 @@ def write_learnable_dataset(out_dir, *, vocab_size=128, seq_length=128, max_pred
 
     with staged_output(out_dir, DataError) as staging:
         _write_split(os.path.join(staging, TRAIN_DIR), serialize(train), train_shards)
-        _write_split(os.path.join(staging, EVAL_DIR), serialize(evals), eval_shards)
+        eval_bytes = _write_split(os.path.join(staging, EVAL_DIR), serialize(evals), eval_shards)
         with open(os.path.join(staging, VOCAB_FILE), "w") as f:
             f.writelines(f"{token}\n" for token in _vocabulary(vocab_size))
         _write_json(os.path.join(staging, CONFIG_FILE), tiny_bert_config(vocab_size, seq_length))
         _write_json(os.path.join(staging, METADATA_FILE), {
-            "source": "learnable", "format": "MLPerf BERT pretraining TFRecords", "seed": seed,
-            "seq_length": seq_length, "max_predictions": max_predictions, "vocab_size": vocab_size,
-            "train_records": train_records, "eval_records": eval_records, "train_shards": train_shards,
-            "eval_shards": eval_shards, "masked_lm_prob": MASKED_LM_PROB, "short_seq_prob": SHORT_SEQ_PROB,
-            "noise": NOISE, "linger": LINGER, "topics": len(topics), "vocab_file": VOCAB_FILE,
+            "source": "learnable", "generated": True, "format": "MLPerf BERT pretraining TFRecords",
+            "seed": seed, "seq_length": seq_length, "max_predictions": max_predictions,
+            "vocab_size": vocab_size, "train_records": train_records, "eval_records": eval_records,
+            "train_shards": train_shards, "eval_shards": eval_shards, "eval_bytes": eval_bytes,
+            "masked_lm_prob": MASKED_LM_PROB, "short_seq_prob": SHORT_SEQ_PROB, "noise": NOISE,
+            "linger": LINGER, "topics": len(topics), "vocab_file": VOCAB_FILE,
             "bert_config_file": CONFIG_FILE, **stats})
     return dataset_info(out_dir)
 

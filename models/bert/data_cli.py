@@ -45,7 +45,8 @@ def _parser():
     generate.set_defaults(command=_generate)
 
     check = commands.add_parser(
-        "check", help="check a data directory (MLPerf rules, or dataset.json's) and the phase-1 checkpoint")
+        "check", help="check a data directory (MLPerf rules, or dataset.json's) and the phase-1 checkpoint; "
+                      "run it once after preparing MLPerf data: it writes the dataset.json that runs need")
     check.add_argument("--data-dir", metavar="DIR", help="holds train/ and eval/")
     check.add_argument("--checkpoint-dir", metavar="DIR",
                        help="holds bert_config.json, vocab.txt and model.ckpt-28252.* (or tf1_ckpt/)")
@@ -81,26 +82,33 @@ def _generate(args, data):
 
 
 def _check(args, data):
-    notes, problems = [], []
+    notes, problems, new_metadata = [], [], {}
     if args.data_dir:
-        problems += data.check_mlperf_dataset(args.data_dir, sample_records=args.sample, notes=notes)
+        problems += data.check_mlperf_dataset(args.data_dir, sample_records=args.sample, notes=notes,
+                                              new_metadata=new_metadata)
     if args.checkpoint_dir:
         problems += data.check_checkpoint_dir(args.checkpoint_dir, verify_md5=not args.skip_md5)
+    info = None
     if args.data_dir and not problems:
-        problems += _cross_problems(args, data)
+        info = data.dataset_info(args.data_dir, metadata=new_metadata or None)
+        problems += _cross_problems(args, data, info)
     for note in notes:
         print(note)
     if problems:
         for problem in problems:
             print(problem)
         return 1
-    print(_summary(args, data))
+    if new_metadata:
+        # Runs describe their data from this file alone: MLPerf's clock starts before the records are read.
+        path = data.write_metadata(args.data_dir, new_metadata)
+        print(f"wrote {path}: runs take the data's lengths and counts from it and read no record before "
+              f"run_start")
+    print(_summary(args, info))
     return 0
 
 
-def _cross_problems(args, data):
+def _cross_problems(args, data, info):
     """The data's token ids against the vocabulary of the checkpoint (or of the generated bert_config)."""
-    info = data.dataset_info(args.data_dir)
     config_path = (os.path.join(args.checkpoint_dir, data.CONFIG_FILE) if args.checkpoint_dir
                    else info.bert_config_file)
     if not config_path:
@@ -111,16 +119,17 @@ def _cross_problems(args, data):
         vocab_size = BertConfig.from_json_file(config_path).vocab_size
     except (ValueError, OSError) as err:
         return [str(err)]
-    problems = [data.token_id_problem(info, vocab_size, sample=args.sample)]
+    # The run compares the vocabulary with dataset.json only; the sampled records say which record is out.
+    problems = [data.vocabulary_problem(info, vocab_size)
+                or data.token_id_problem(info, vocab_size, sample=args.sample)]
     if info.vocab_file and not args.checkpoint_dir:
         problems.append(data.vocab_problem(info.vocab_file, vocab_size))
     return [problem for problem in problems if problem]
 
 
-def _summary(args, data):
+def _summary(args, info):
     parts = []
-    if args.data_dir:
-        info = data.dataset_info(args.data_dir)
+    if info:
         known = info.train_records is not None
         train = f"{info.train_records} training records" if known else "training records"
         parts.append(f"{args.data_dir}: {train} in {len(info.train_files)} files, {info.eval_records} eval "

@@ -22,7 +22,7 @@ def _matches_any(patterns, name) -> bool:
 class Lamb(tf.keras.optimizers.Optimizer):
     """LAMB exactly as the MLPerf reference (lamb_optimizer_v1.py), on the Keras optimizer API.
 
-    For each variable w with gradient g, at step t = iterations + 1:
+    For each variable w with gradient g, at step t = applied_steps + 1:
         m = β1·m + (1−β1)·g            v = β2·v + (1−β2)·g²
         u = (m/(1−β1^t)) / (√(v/(1−β2^t)) + ε) + wd·w
         r = ‖w‖/‖u‖ if ‖w‖ > 0 and ‖u‖ > 0 else 1
@@ -35,6 +35,10 @@ class Lamb(tf.keras.optimizers.Optimizer):
     of a step by their global norm before the update. The learning rate or schedule is
     evaluated at `iterations` before it is incremented, so the first update uses step 0.
     Sparse gradients are densified.
+
+    t counts the updates actually applied (`applied_steps`, an optimizer variable that is
+    checkpointed and broadcast with m and v), not `iterations`: a LossScaleOptimizer that
+    skips a step on overflow still advances `iterations` but leaves m and v as they were.
     """
 
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.01,
@@ -62,7 +66,20 @@ class Lamb(tf.keras.optimizers.Optimizer):
             return
         self._m = [self.add_variable_from_reference(model_variable=v, variable_name="m") for v in var_list]
         self._v = [self.add_variable_from_reference(model_variable=v, variable_name="v") for v in var_list]
+        self._applied_steps = self.add_variable(shape=(), dtype=tf.int64, name="applied_steps")
         self._built = True
+
+    @property
+    def applied_steps(self):
+        """The number of updates applied so far (after build); skipped loss-scale steps do not count."""
+        return self._applied_steps
+
+    def _internal_apply_gradients(self, grads_and_vars):
+        # Keras counts `iterations` here too: this runs once per step, and only when the update
+        # is applied (LossScaleOptimizer does not call it for a step it skips).
+        iteration = super()._internal_apply_gradients(grads_and_vars)
+        self._applied_steps.assign_add(1)
+        return iteration
 
     def _apply_weight_decay(self, variables):
         # Weight decay is part of the LAMB update (update_step), not the base class's decoupled decay.
@@ -83,7 +100,7 @@ class Lamb(tf.keras.optimizers.Optimizer):
         if isinstance(gradient, tf.IndexedSlices):
             gradient = tf.convert_to_tensor(gradient)
         dtype = variable.dtype
-        step = tf.cast(self.iterations + 1, dtype)
+        step = tf.cast(self._applied_steps + 1, dtype)
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         m, v = self.slots(variable)
         m.assign(beta_1 * m + (1.0 - beta_1) * gradient)

@@ -1,6 +1,5 @@
 """The BERT-large workload: config, presets, evaluation schedule, closed-rule checks and the loop's pieces."""
 import glob
-import math
 import os
 from dataclasses import dataclass
 
@@ -43,7 +42,7 @@ class BertRunConfig(CommonConfig):
     weight_decay: float = 0.01
     eval_interval_samples: int = 0
     """Samples between evaluations; 0 means the rules' FLOOR(0.05*(230.23*GBS + 3,000,000), 25,000).
-    Rounded up to a whole step either way."""
+    The k-th evaluation comes at the first step whose trained samples reach k times it."""
     target_accuracy: float = TARGET_MLM_ACCURACY
 
     def problems(self):
@@ -69,21 +68,36 @@ def rules_eval_interval(global_batch_size):
     return int(0.05 * (230.23 * global_batch_size + 3_000_000) // 25_000) * 25_000
 
 
-def eval_every_steps(config):
-    """Optimizer steps between evaluations: the interval in samples, rounded up to a whole step."""
-    samples = config.eval_interval_samples or rules_eval_interval(config.global_batch_size)
-    return max(1, math.ceil(samples / config.global_batch_size))
+def eval_interval_samples(config):
+    """Samples between evaluations: the setting, or the rules' formula when it is 0."""
+    return config.eval_interval_samples or rules_eval_interval(config.global_batch_size)
+
+
+def eval_steps(config):
+    """Optimizer steps after which to evaluate: the k-th at the first step whose samples reach k x interval.
+
+    Each point is rounded up on its own, so the grid does not drift (rounding the interval up once
+    would move every evaluation 80 samples later than the previous one at batch 448). The budget ends
+    at the last point within train_steps: a closed run evaluates on the grid only.
+    """
+    interval, batch = eval_interval_samples(config), config.global_batch_size
+    steps, k = [], 1
+    while (step := -(-k * interval // batch)) <= config.train_steps:
+        steps.append(step)
+        k += 1
+    if not steps:
+        raise ValueError(f"train_steps {config.train_steps} ends before the first evaluation at step "
+                         f"{-(-interval // batch)} ({interval} samples at batch {batch})")
+    return steps
 
 
 def plan_blocks(config):
     """One block per evaluation; MLPerf BERT counts epochs in samples, so epoch_num = samples trained."""
-    every, batch = eval_every_steps(config), config.global_batch_size
-    blocks, done = [], 0
-    while done < config.train_steps:
-        steps = min(every, config.train_steps - done)
-        blocks.append(Block(first_epoch_num=done * batch, epoch_count=steps * batch,
-                            eval_epoch_num=(done + steps) * batch, steps=steps))
-        done += steps
+    batch, blocks, done = config.global_batch_size, [], 0
+    for step in eval_steps(config):
+        blocks.append(Block(first_epoch_num=done * batch, epoch_count=(step - done) * batch,
+                            eval_epoch_num=step * batch, steps=step - done))
+        done = step
     return blocks
 
 
@@ -105,8 +119,8 @@ PRESETS = {
     "closed_8xA100_gbs448": Preset(
         "1 node x 8 A100-80GB", "8 GPUs x 56 = 448",
         _closed(8, 56, 1, **RCP_448),
-        "RCP 448 (LR 0.000425, 6700 steps, no warmup); NVIDIA's v2.1 8-GPU batch. Evaluates every "
-        "150,080 samples (335 steps)."),
+        "RCP 448 (LR 0.000425, 6700 steps, no warmup); NVIDIA's v2.1 8-GPU batch. Evaluates at the "
+        "first step past each 150,000 samples (steps 335, 670, 1005, ..., 6697)."),
     "closed_16xA100_gbs448": Preset(
         "2 nodes x 8 A100-80GB", "16 GPUs x 28 = 448",
         _closed(16, 28, 1, **RCP_448),
@@ -118,11 +132,13 @@ PRESETS = {
     "closed_16xA100_gbs1536": Preset(
         "2 nodes x 8 A100-80GB", "16 GPUs x 48 x 2 accumulation = 1536",
         _closed(16, 48, 2, **RCP_1536),
-        "RCP 1536 (LR 0.002, 2254 steps, beta 0.66/0.996); evaluates every 150,528 samples (98 steps)."),
+        "RCP 1536 (LR 0.002, 2254 steps, beta 0.66/0.996); evaluates at the first step past each "
+        "150,000 samples (steps 98, 196, 293, ...)."),
     "closed_32xA100_gbs3072": Preset(
         "4 nodes x 8 A100-80GB", "32 GPUs x 48 x 2 accumulation = 3072",
         _closed(32, 48, 2, **RCP_3072),
-        "RCP 3072 (LR 0.002, 1141 steps, warmup 100, beta 0.66/0.998); evaluates every 175,104 samples."),
+        "RCP 3072 (LR 0.002, 1141 steps, warmup 100, beta 0.66/0.998); evaluates at the first step "
+        "past each 175,000 samples (steps 57, 114, 171, ...)."),
     "tiny_cpu": Preset(
         "2 CPU processes", "2 ranks x 16 = 32",
         dict(global_batch_size=32, max_seq_length=64, max_predictions_per_seq=10, base_lr=0.05,
@@ -207,13 +223,14 @@ def _datasets(config, world, seed, batch, eval_batch, vocab_size):
                                        vocab_size, seed=seed + world.rank)
         return None, train, lambda: train.take(SYNTHETIC_EVAL_BATCHES), \
             SYNTHETIC_EVAL_BATCHES * batch * world.size
-    info = data.dataset_info(config.data_dir, config.max_seq_length, config.max_predictions_per_seq)
+    # Before run_start only dataset.json, listings and sizes: MLPerf's clock starts before data is touched.
+    info = data.dataset_info(config.data_dir)
     if (info.seq_length, info.max_predictions) != (config.max_seq_length, config.max_predictions_per_seq):
-        raise ValueError(f"{config.data_dir} holds sequences of {info.seq_length} tokens with "
-                         f"{info.max_predictions} predictions, but the config asks for "
-                         f"max_seq_length={config.max_seq_length}, max_predictions_per_seq="
+        raise ValueError(f"{os.path.join(config.data_dir, data.METADATA_FILE)} declares sequences of "
+                         f"{info.seq_length} tokens with {info.max_predictions} predictions, but the config "
+                         f"asks for max_seq_length={config.max_seq_length}, max_predictions_per_seq="
                          f"{config.max_predictions_per_seq}")
-    problem = data.token_id_problem(info, vocab_size)
+    problem = data.vocabulary_problem(info, vocab_size)
     if problem:
         raise ValueError(problem)
     train = data.train_dataset(info, batch, rank=world.rank, world_size=world.size, seed=seed)
@@ -284,7 +301,7 @@ def build_job(config, world, seed):
         accumulation_steps=config.accumulation_steps, log_samples_trained=True, eval_unit="masked tokens",
         describe_error=(lambda err: data.describe_data_error(err, info)) if info else None,
         details={"bert_config": config_path or "built-in BERT-large", "model": model_config.to_dict(),
-                 "init_checkpoint_variables": loaded, "eval_every_steps": eval_every_steps(config),
+                 "init_checkpoint_variables": loaded, "eval_steps": eval_steps(config),
                  "local_batch_size": batch, "micro_batch_size": micro_batch})
 
 

@@ -9,6 +9,7 @@ import math
 import os
 import random
 import re
+import shlex
 from concurrent import futures
 
 import numpy as np
@@ -52,13 +53,15 @@ class DataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
-    """The TFRecord files of a dataset and how many records and classes it holds."""
+    """The TFRecord files of a dataset and what its dataset.json says they hold."""
 
     train_files: tuple[str, ...]
     eval_files: tuple[str, ...]
     train_records: int
     eval_records: int
     num_classes: int | None
+    bounding_boxes: bool | None = None
+    """Whether records carry image/object/bbox/* boxes; None when dataset.json predates the field."""
 
     @property
     def data_dir(self) -> str:
@@ -71,7 +74,12 @@ class DatasetInfo:
 
 
 def dataset_info(data_dir: str) -> DatasetInfo:
-    """Finds the shards in `data_dir` and their record counts (dataset.json, ImageNet layout or a count)."""
+    """Finds the shards in `data_dir` and reads their counts from its dataset.json.
+
+    MLPerf starts the clock before anything touches the dataset, and runs call this before run_start,
+    so it opens no TFRecord: it uses the file listing and dataset.json (written by the generator, the
+    converter, or `data_cli check` after reading every record).
+    """
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"data directory not found: {data_dir}")
     train_files = _list_shards(data_dir, TRAIN_PATTERN)
@@ -81,26 +89,24 @@ def dataset_info(data_dir: str) -> DatasetInfo:
     if not eval_files:
         raise DataError(f"no validation TFRecords matching {EVAL_PATTERN} in {data_dir}")
     meta = _read_metadata(data_dir)
-    if meta is not None:
-        _check_metadata_shards(meta, data_dir, train_files, eval_files)
-        return DatasetInfo(train_files, eval_files, meta["train_records"], meta["eval_records"],
-                           meta.get("num_classes"))
-    if _is_full_imagenet_layout(train_files, eval_files):
-        return DatasetInfo(train_files, eval_files, IMAGENET_TRAIN_RECORDS, IMAGENET_EVAL_RECORDS,
-                           IMAGENET_CLASSES)
-    return DatasetInfo(train_files, eval_files, _count_records(train_files), _count_records(eval_files), None)
+    if meta is None:
+        raise DataError(f"no {METADATA_FILE} in {data_dir}: check the records once with "
+                        f"`{check_command(data_dir)}`, which writes it (add --small unless this is "
+                        f"full ImageNet)")
+    _check_metadata_shards(meta, data_dir, train_files, eval_files)
+    return DatasetInfo(train_files, eval_files, meta["train_records"], meta["eval_records"],
+                       meta.get("num_classes"), meta.get("bounding_boxes"))
+
+
+def check_command(data_dir: str, small: bool = False) -> str:
+    """The pre-flight command for `data_dir`, as a user would type it."""
+    return f"python -m models.resnet50.data_cli check {'--small ' if small else ''}{shlex.quote(data_dir)}"
 
 
 def _list_shards(data_dir, pattern):
     paths = tf.io.gfile.glob(os.path.join(data_dir, pattern))
     # The regex keeps stray files such as `train-00000-of-00004.tmp` out.
     return tuple(sorted(p for p in paths if _SHARD_NAME.match(os.path.basename(p))))
-
-
-def _is_full_imagenet_layout(train_files, eval_files):
-    return (len(train_files) == IMAGENET_TRAIN_SHARDS and len(eval_files) == IMAGENET_EVAL_SHARDS
-            and all(f.endswith(f"-of-{IMAGENET_TRAIN_SHARDS:05d}") for f in train_files)
-            and all(f.endswith(f"-of-{IMAGENET_EVAL_SHARDS:05d}") for f in eval_files))
 
 
 def _read_metadata(data_dir):
@@ -120,6 +126,8 @@ def _read_metadata(data_dir):
     num_classes = meta.get("num_classes")
     if num_classes is not None and not (_is_count(num_classes) and num_classes > 0):
         raise DataError(f"malformed {path}: 'num_classes' must be a positive integer or null")
+    if not isinstance(meta.get("bounding_boxes", False), bool):
+        raise DataError(f"malformed {path}: 'bounding_boxes' must be true or false")
     return meta
 
 
@@ -134,21 +142,6 @@ def _check_metadata_shards(meta, data_dir, train_files, eval_files):
     for key, files, kind in splits:
         if key in meta and meta[key] != len(files):
             raise DataError(f"{path} lists {meta[key]} {kind} shards but {data_dir} holds {len(files)}")
-
-
-def _count_records(files):
-    return sum(_count_file_records(path) for path in files)
-
-
-def _count_file_records(path):
-    total = 0
-    try:
-        # Batching keeps eager iteration cheap without tracing a function per file.
-        for batch in tf.data.TFRecordDataset(path).batch(4096):
-            total += int(batch.shape[0])
-    except tf.errors.OpError as err:
-        raise DataError(f"cannot read {path}: {_tf_message(err)}") from None
-    return total
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -340,7 +333,7 @@ def describe_data_error(err: Exception, info: DatasetInfo) -> str | None:
     where = _named_file(text, info) or info.data_dir
     if isinstance(err, tf.errors.DataLossError):
         return (f"corrupt or truncated TFRecord in {where}: {text} "
-                f"(`python -m models.resnet50.data_cli check --small {info.data_dir}` names the file)")
+                f"(`{check_command(info.data_dir, small=True)}` names the file)")
     if isinstance(err, tf.errors.NotFoundError) and where != info.data_dir:
         return f"TFRecord file vanished while reading {info.data_dir}: {text}"
     if not isinstance(err, tf.errors.InvalidArgumentError):
@@ -416,9 +409,17 @@ def _shard_path(out_dir, prefix, index, count):
 
 
 def _write_metadata(out_dir, **fields):
-    with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
-        json.dump(fields, f, indent=2, sort_keys=True)
-        f.write("\n")
+    path = os.path.join(out_dir, METADATA_FILE)
+    # Written beside and renamed over, so a run never reads half a file (`check` writes it in place).
+    temporary = os.path.join(out_dir, f".{METADATA_FILE}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w") as f:
+            json.dump(fields, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def _write_tfrecords(path, records):
@@ -449,7 +450,7 @@ def write_learnable_dataset(out_dir, num_classes=4, train_per_class=64, eval_per
             _write_tfrecords(_shard_path(staging, "validation", i, eval_shards), chunk)
         _write_metadata(staging, train_records=len(train), eval_records=len(evals), num_classes=num_classes,
                         train_shards=train_shards, eval_shards=eval_shards, source="learnable",
-                        image_size=image_size, seed=seed)
+                        bounding_boxes=True, image_size=image_size, seed=seed)
     return dataset_info(out_dir)
 
 
@@ -528,19 +529,22 @@ class _RawImage:
 
 
 def convert_imagenet(raw_dir, out_dir, train_shards=IMAGENET_TRAIN_SHARDS, eval_shards=IMAGENET_EVAL_SHARDS,
-                     num_workers=None, progress=True) -> DatasetInfo:
+                     num_workers=None, progress=True, bounding_boxes=False) -> DatasetInfo:
     """Converts raw ImageNet (train/<wnid>/*.JPEG, val/*.JPEG plus labels) to TFRecords in `out_dir`.
 
     Labels are 1 + the index of the wnid among the sorted training folders. Validation labels come from
     LOC_val_solution.csv (preferred), imagenet_2012_validation_synset_labels.txt or the devkit's
     ILSVRC2012_validation_ground_truth.txt, whose class numbers are mapped through the devkit's meta.mat
     beside it; without meta.mat they are ASSUMED to follow the sorted wnid order (refused for 1000 classes,
-    where that assumption is known to be wrong). Training boxes come from LOC_train_solution.csv when
-    present. `num_workers` defaults to the CPU count.
+    where that assumption is known to be wrong). `num_workers` defaults to the CPU count.
+
+    Like the reference's imagenet_to_gcs.py, the records hold no bounding boxes, so training crops are
+    taken against the whole image. `bounding_boxes` adds the boxes of LOC_train_solution.csv and
+    LOC_val_solution.csv: information the reference data lacks, so that data is open division only.
     """
     root = _raw_root(raw_dir)
     synsets = _raw_synsets(root)
-    train = _raw_train_images(root, synsets, _train_boxes(raw_dir, root))
+    train = _raw_train_images(root, synsets, _train_boxes(raw_dir, root) if bounding_boxes else {})
     evals = _raw_eval_images(raw_dir, root, synsets)
     random.Random(_CONVERT_SEED).shuffle(train)
     train_shards, eval_shards = min(train_shards, len(train)), min(eval_shards, len(evals))
@@ -549,9 +553,11 @@ def convert_imagenet(raw_dir, out_dir, train_shards=IMAGENET_TRAIN_SHARDS, eval_
                  for i, chunk in enumerate(split_evenly(train, train_shards))]
                 + [(_shard_path(staging, "validation", i, eval_shards), chunk)
                    for i, chunk in enumerate(split_evenly(evals, eval_shards))])
-        _run_conversion(jobs, len(train) + len(evals), num_workers or os.cpu_count() or 1, progress)
+        boxed = _run_conversion(jobs, len(train) + len(evals), num_workers or os.cpu_count() or 1, progress,
+                                bounding_boxes)
         _write_metadata(staging, train_records=len(train), eval_records=len(evals), num_classes=len(synsets),
-                        train_shards=train_shards, eval_shards=eval_shards, source="imagenet")
+                        train_shards=train_shards, eval_shards=eval_shards, source="imagenet",
+                        bounding_boxes=boxed > 0)
     return dataset_info(out_dir)
 
 
@@ -720,30 +726,35 @@ def _train_boxes(raw_dir, root):
     return _pixel_boxes(_read_loc_csv(path)) if path else {}
 
 
-def _run_conversion(jobs, total, num_workers, progress):
+def _run_conversion(jobs, total, num_workers, progress, keep_boxes):
+    """Writes the shards; returns how many records got bounding boxes."""
     from tqdm import tqdm
 
     # Threads suffice: the work is file reads, header parsing and TFRecord writes, mostly outside the GIL.
     with tqdm(total=total, disable=not progress, unit="img", desc="convert") as bar, \
             futures.ThreadPoolExecutor(max_workers=num_workers) as pool:
-        pending = [pool.submit(_write_raw_shard, path, images, bar.update) for path, images in jobs]
+        pending = [pool.submit(_write_raw_shard, path, images, keep_boxes, bar.update)
+                   for path, images in jobs]
         try:
-            for done in futures.as_completed(pending):
-                done.result()
+            return sum(done.result() for done in futures.as_completed(pending))
         except BaseException:
             for job in pending:
                 job.cancel()
             raise
 
 
-def _write_raw_shard(path, images, advance):
+def _write_raw_shard(path, images, keep_boxes, advance):
+    boxed = 0
     with tf.io.TFRecordWriter(path) as writer:
         for image in images:
             encoded, height, width = _jpeg_bytes(image.path)
-            boxes = _normalised_boxes(image.boxes, height, width)
+            # Validation labels may come with boxes (LOC_val_solution.csv): dropped too unless asked for.
+            boxes = _normalised_boxes(image.boxes, height, width) if keep_boxes else []
+            boxed += bool(boxes)
             name = os.path.basename(image.path)
             writer.write(_example(encoded, image.label, image.synset, name, height, width, boxes))
             advance(1)
+    return boxed
 
 
 def _jpeg_bytes(path):
@@ -779,8 +790,23 @@ def _normalised_boxes(boxes, height, width):
 # Pre-flight check
 
 
+@dataclasses.dataclass(frozen=True)
+class DatasetCheck:
+    """What a full read of a dataset found."""
+
+    data_dir: str
+    problems: list[str]  # empty when the dataset is usable
+    metadata: dict | None  # its dataset.json as read, None when absent
+    measured: dict  # the dataset.json fields, as the records and the listing give them
+
+
 def check_imagenet(data_dir, expect_full_imagenet=True, sample_records=200, progress=True) -> list[str]:
     """Reads every record of `data_dir` and lists the problems found (empty when the dataset is usable)."""
+    return check_dataset(data_dir, expect_full_imagenet, sample_records, progress).problems
+
+
+def check_dataset(data_dir, expect_full_imagenet=True, sample_records=200, progress=True) -> DatasetCheck:
+    """Reads every record of `data_dir`: the problems found and what its dataset.json should say."""
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"data directory not found: {data_dir}")
     train_files = _list_shards(data_dir, TRAIN_PATTERN)
@@ -789,6 +815,8 @@ def check_imagenet(data_dir, expect_full_imagenet=True, sample_records=200, prog
     meta = None
     try:
         meta = _read_metadata(data_dir)
+        if meta is not None:
+            _check_metadata_shards(meta, data_dir, train_files, eval_files)
     except DataError as err:
         problems.append(str(err))
     num_classes = IMAGENET_CLASSES if expect_full_imagenet else (meta or {}).get("num_classes")
@@ -799,8 +827,39 @@ def check_imagenet(data_dir, expect_full_imagenet=True, sample_records=200, prog
     if expect_full_imagenet:
         problems += _coverage_problems(data_dir, train_scan, "training", TRAIN_PATTERN)
         problems += _coverage_problems(data_dir, eval_scan, "validation", EVAL_PATTERN)
+    problems += _box_problems(data_dir, scans, meta, expect_full_imagenet)
     problems += _sample_problems(train_files + eval_files, sample_records)
-    return problems
+    measured = _measured_metadata(train_scan, eval_scan, expect_full_imagenet)
+    return DatasetCheck(data_dir, problems, meta, measured)
+
+
+def write_checked_metadata(check: DatasetCheck) -> list[str]:
+    """Records a clean check in dataset.json: writes it when absent, adds the fields an older one lacks.
+
+    Returns the names of the fields written. Fields already in dataset.json keep their values: the
+    check has just verified them.
+    """
+    if check.problems:
+        raise DataError(f"{check.data_dir} has problems, so its {METADATA_FILE} is left alone")
+    present = check.metadata or {}
+    added = [key for key in check.measured if key not in present]
+    if added:
+        _write_metadata(check.data_dir, **{**check.measured, **present})
+    return added
+
+
+def _measured_metadata(train_scan, eval_scan, expect_full):
+    labels = {label for scan in train_scan + eval_scan for label in scan.labels if label != -1}
+    return {
+        "train_records": sum(s.records for s in train_scan),
+        "eval_records": sum(s.records for s in eval_scan),
+        # Labels run 1..num_classes; a subset keeps ImageNet's numbers, so the largest label bounds them.
+        "num_classes": IMAGENET_CLASSES if expect_full else max(labels, default=None),
+        "train_shards": len(train_scan),
+        "eval_shards": len(eval_scan),
+        "source": "data_cli check" if expect_full else "data_cli check --small",
+        "bounding_boxes": any(s.boxed for s in train_scan + eval_scan),
+    }
 
 
 def _layout_problems(data_dir, train_files, eval_files, expect_full):
@@ -839,6 +898,7 @@ def _missing_shard_problems(data_dir, files):
 class _FileScan:
     records: int = 0
     labels: dict = dataclasses.field(default_factory=dict)  # label -> count
+    boxed: int = 0  # records with a non-empty image/object/bbox/* list
 
 
 def _scan_files(files, num_classes, problems, progress):
@@ -850,13 +910,20 @@ def _scan_files(files, num_classes, problems, progress):
     return scans
 
 
+_SCAN_FEATURES = {
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    **{f"image/object/bbox/{k}": tf.io.VarLenFeature(tf.float32) for k in _BBOX_KEYS},
+}
+
+
 def _scan_file(path, num_classes, problems):
     scan = _FileScan()
-    spec = {"image/class/label": tf.io.FixedLenFeature([], tf.int64, default_value=-1)}
     try:
         for batch in tf.data.TFRecordDataset(path).batch(1024):
-            labels = tf.io.parse_example(batch, spec)["image/class/label"].numpy()
+            parsed = tf.io.parse_example(batch, _SCAN_FEATURES)
+            labels = parsed["image/class/label"].numpy()
             scan.records += len(labels)
+            scan.boxed += _records_with_boxes(parsed)
             for label, count in zip(*np.unique(labels, return_counts=True)):
                 scan.labels[int(label)] = scan.labels.get(int(label), 0) + int(count)
     except tf.errors.OpError as err:
@@ -871,20 +938,25 @@ def _scan_file(path, num_classes, problems):
     return scan
 
 
+def _records_with_boxes(parsed):
+    # A sparse value's first index is its record's position in the batch.
+    rows = [parsed[f"image/object/bbox/{k}"].indices[:, 0].numpy() for k in _BBOX_KEYS]
+    return len(np.unique(np.concatenate(rows)))
+
+
 def _count_problems(data_dir, train_scan, eval_scan, meta, expect_full):
     found = {"train_records": sum(s.records for s in train_scan),
              "eval_records": sum(s.records for s in eval_scan)}
+    sources = []
     if expect_full:
-        expected = {"train_records": IMAGENET_TRAIN_RECORDS, "eval_records": IMAGENET_EVAL_RECORDS}
-        source = "full ImageNet"
-    elif meta is not None:
-        expected = {key: meta[key] for key in found}
-        source = os.path.join(data_dir, METADATA_FILE)
-    else:
-        return []
+        sources.append(("full ImageNet", {"train_records": IMAGENET_TRAIN_RECORDS,
+                                          "eval_records": IMAGENET_EVAL_RECORDS}))
+    if meta is not None:
+        # Runs take their epoch sizes from dataset.json, so it must match the records as well.
+        sources.append((os.path.join(data_dir, METADATA_FILE), {key: meta[key] for key in found}))
     patterns = {"train_records": TRAIN_PATTERN, "eval_records": EVAL_PATTERN}
     return [f"{os.path.join(data_dir, patterns[key])}: {found[key]} records, {source} expects {expected[key]}"
-            for key in found if found[key] != expected[key]]
+            for source, expected in sources for key in found if found[key] != expected[key]]
 
 
 def _coverage_problems(data_dir, scans, kind, pattern):
@@ -897,6 +969,21 @@ def _coverage_problems(data_dir, scans, kind, pattern):
     examples = ", ".join(map(str, missing[:5]))
     return [f"{os.path.join(data_dir, pattern)}: {len(missing)} of {IMAGENET_CLASSES} labels never occur "
             f"in the {kind} records (e.g. {examples})"]
+
+
+def _box_problems(data_dir, scans, meta, expect_full):
+    boxed = {path: scan.boxed for path, scan in scans.items() if scan.boxed}
+    total = sum(boxed.values())
+    problems = []
+    if expect_full and boxed:
+        problems.append(f"{min(boxed)}: records with bounding boxes (image/object/bbox/*; {total} in "
+                        f"{len(boxed)} files): not closed-division data, whose records have none "
+                        f"(convert without --bounding-boxes)")
+    declared = (meta or {}).get("bounding_boxes")
+    if declared is not None and declared != bool(boxed):
+        problems.append(f"{os.path.join(data_dir, METADATA_FILE)} says bounding_boxes "
+                        f"{json.dumps(declared)}, but {total} records hold boxes")
+    return problems
 
 
 def _sample_problems(files, sample_records):

@@ -43,9 +43,14 @@ def _parser():
     convert.add_argument("--train-shards", type=_positive, default=1024)
     convert.add_argument("--eval-shards", type=_positive, default=128)
     convert.add_argument("--workers", type=_positive, default=None, help="default: number of CPUs")
+    convert.add_argument("--bounding-boxes", action="store_true",
+                         help="also write the boxes of LOC_train_solution.csv and LOC_val_solution.csv; "
+                              "the reference data has none, so this makes the data open division only")
     convert.set_defaults(command=_convert)
 
-    check = commands.add_parser("check", help="read every record and report problems")
+    check = commands.add_parser(
+        "check", help="read every record and report problems; when clean, write dataset.json if absent "
+                      "(runs read only dataset.json and the file listing before the clock starts)")
     check.add_argument("data_dir", metavar="DATA_DIR")
     check.add_argument("--small", action="store_true",
                        help="not full ImageNet: check consistency with dataset.json only")
@@ -74,19 +79,25 @@ def _generate(args, data):
 def _convert(args, data):
     info = data.convert_imagenet(args.raw_dir, args.out_dir, train_shards=args.train_shards,
                                  eval_shards=args.eval_shards, num_workers=args.workers,
-                                 progress=sys.stderr.isatty())
+                                 progress=sys.stderr.isatty(), bounding_boxes=args.bounding_boxes)
     print(f"wrote {info.train_records} training and {info.eval_records} validation records "
           f"({info.num_classes} classes) to {os.path.abspath(args.out_dir)}")
     return 0
 
 
 def _check(args, data):
-    problems = data.check_imagenet(args.data_dir, expect_full_imagenet=not args.small,
-                                   sample_records=args.sample, progress=sys.stderr.isatty())
-    if problems:
-        for problem in problems:
+    check = data.check_dataset(args.data_dir, expect_full_imagenet=not args.small,
+                               sample_records=args.sample, progress=sys.stderr.isatty())
+    if check.problems:
+        for problem in check.problems:
             print(problem)
         return 1
+    added = data.write_checked_metadata(check)
+    path = os.path.join(args.data_dir, data.METADATA_FILE)
+    if added and check.metadata is None:
+        print(f"wrote {path} with the counts found")
+    elif added:
+        print(f"added {', '.join(added)} to {path}")
     info = data.dataset_info(args.data_dir)
     kind = "small dataset" if args.small else "full ImageNet"
     print(f"OK: {args.data_dir}: {kind}, {info.train_records} training records in {len(info.train_files)} "

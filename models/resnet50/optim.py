@@ -10,6 +10,8 @@ CLOSED_POLY_POWER = 2
 CLOSED_WEIGHT_DECAY_UNIT = 0.0001
 CLOSED_SGD_LR_UNIT = 0.001
 CLOSED_MOMENTUM = 0.9
+# The LARS trust coefficient of the reference; the v1.1/v2.1 rules do not let it be tuned.
+CLOSED_LARS_EETA = 0.001
 # Below this global batch the rules fix the LARS momentum to 0.9.
 LARS_FREE_MOMENTUM_BATCH = 32768
 # The compliance checker's own integer tolerance (mlp_compliance.is_integer).
@@ -19,10 +21,10 @@ _SERIALIZABLE_PACKAGE = "mlperf_resnet50"
 
 
 def is_vector_or_scalar(variable) -> bool:
-    """True for 0-D and 1-D variables: the ones LARS and the L2 term leave alone.
+    """True for 0-D and 1-D variables: the ones LARS leaves alone.
 
     In ResNet-50 these are exactly the BatchNorm gammas and betas and the fc bias,
-    i.e. the variables the reference's name skip list ['batch_normalization', 'bias', 'bn']
+    i.e. the variables the reference LARS's name skip list ['batch_normalization', 'bias', 'bn']
     matches; testing the rank does not depend on how layers are named.
     """
     return len(variable.shape) <= 1
@@ -181,7 +183,7 @@ def build_optimizer(name: str, base_lr: float, warmup_steps: int, total_steps: i
     """The optimizer `name` ("lars" or "sgd") and its learning-rate schedule.
 
     For "sgd" weight decay is not part of the optimizer: add
-    `l2_regularization(model.trainable_variables, weight_decay)` to the loss; eeta and
+    `l2_regularization(l2_decayed_variables(model), weight_decay)` to the loss; eeta and
     epsilon are LARS-only and ignored.
     """
     key = _normalise_name(name)
@@ -193,18 +195,35 @@ def build_optimizer(name: str, base_lr: float, warmup_steps: int, total_steps: i
     return optimizer, schedule
 
 
-def l2_regularization(variables, weight_decay, skip=is_vector_or_scalar) -> tf.Tensor:
-    """The SGD path's weight-decay loss term: weight_decay·Σ‖w‖² over the non-skipped variables.
+def batch_norm_parameters(model) -> list:
+    """The trainable gammas and betas of every BatchNormalization layer in `model`."""
+    return [variable for layer in model.submodules if isinstance(layer, tf.keras.layers.BatchNormalization)
+            for variable in layer.trainable_weights]
 
-    This is what the MLPerf TF2 reference adds (weight_decay·2·Σ tf.nn.l2_loss(w), and equally
-    Keras L2(weight_decay) regularizers), so its gradient is 2·weight_decay·w. Add it once to
+
+def l2_decayed_variables(model) -> list:
+    """The variables the SGD path's L2 term covers: all trainable ones but the BN gammas and betas.
+
+    The reference decays every trainable variable whose name lacks 'bn' (TF2) or
+    'batch_normalization' (TF1), so the fc bias is decayed, unlike under LARS. Selecting by
+    layer type keeps that true whatever the layers are called.
+    """
+    batch_norm = {id(variable) for variable in batch_norm_parameters(model)}
+    return [variable for variable in model.trainable_variables if id(variable) not in batch_norm]
+
+
+def l2_regularization(variables, weight_decay) -> tf.Tensor:
+    """The SGD path's weight-decay loss term: weight_decay·Σ‖w‖² over `variables`.
+
+    Pass `l2_decayed_variables(model)`. This is what the MLPerf TF2 reference adds
+    (weight_decay·2·Σ tf.nn.l2_loss(w)), so its gradient is 2·weight_decay·w. Add it once to
     the per-replica mean loss; Horovod averages gradients, so no division by the worker count.
     Computed in float32.
     """
-    decayed = [v for v in variables if not skip(v)]
-    if weight_decay == 0 or not decayed:
+    variables = list(variables)
+    if weight_decay == 0 or not variables:
         return tf.constant(0.0, tf.float32)
-    squares = [tf.reduce_sum(tf.square(tf.cast(v, tf.float32))) for v in decayed]
+    squares = [tf.reduce_sum(tf.square(tf.cast(v, tf.float32))) for v in variables]
     return tf.cast(weight_decay, tf.float32) * tf.add_n(squares)
 
 
@@ -249,11 +268,12 @@ def _is_legal_weight_decay(weight_decay: float) -> bool:
 
 
 def closed_rule_violations(name, base_lr, momentum, weight_decay, end_lr, power, epsilon=0.0,
-                           global_batch_size=None) -> list[str]:
+                           global_batch_size=None, eeta=CLOSED_LARS_EETA) -> list[str]:
     """Human-readable breaches of the closed-division optimizer rules; empty when compliant.
 
     Checks what the 1.1.0 compliance checker checks plus the rule-table items it does not
-    (SGD momentum and power; LARS momentum 0.9 below a 32k batch, when the batch is given).
+    (SGD momentum and power; LARS momentum 0.9 below a 32k batch, when the batch is given;
+    the LARS eeta, which no MLPerf log key carries).
     """
     key = name.lower()
     if key not in ("lars", "sgd"):
@@ -268,6 +288,8 @@ def closed_rule_violations(name, base_lr, momentum, weight_decay, end_lr, power,
     if key == "lars":
         if epsilon != 0.0:
             violations.append(f"lars epsilon {epsilon} is not 0.0")
+        if eeta != CLOSED_LARS_EETA:
+            violations.append(f"lars eeta (trust coefficient) {eeta} is not {CLOSED_LARS_EETA}")
         if (global_batch_size is not None and global_batch_size < LARS_FREE_MOMENTUM_BATCH
                 and momentum != CLOSED_MOMENTUM):
             violations.append(f"lars momentum {momentum} is not {CLOSED_MOMENTUM} "

@@ -35,7 +35,8 @@ class ResNetConfig(CommonConfig):
     lars_epsilon: float = 0.0
     label_smoothing: float = 0.1
     epochs: int = 37
-    """Epoch budget; also the length of the learning-rate decay."""
+    """Length of the learning-rate decay in epochs; training goes on at end_lr up to the first
+    evaluation at or after it (evaluations stay on the grid)."""
     epochs_between_evals: int = 4
     eval_offset: int = 3
     """First evaluation after this epoch (0 means after epochs_between_evals); MLPerf allows 0-3."""
@@ -74,7 +75,8 @@ PRESETS = {
     "closed_8xA100_gbs3264": Preset(
         "1 node x 8 A100-80GB", "8 GPUs x 408 = 3264",
         _closed(8, 408, **RCP_3264),
-        "RCP 3264: LR 10.5, warmup 2, wd 5e-5; converges in ~35 epochs (evals at 3, 7, ..., 35)."),
+        "RCP 3264: LR 10.5, warmup 2, wd 5e-5, decay over 37 epochs; the reference converged in 34-37 "
+        "epochs (evals at 3, 7, ..., 35, 39)."),
     "closed_16xA100_gbs3264": Preset(
         "2 nodes x 8 A100-80GB", "16 GPUs x 204 = 3264",
         _closed(16, 204, **RCP_3264),
@@ -112,12 +114,17 @@ PRESETS = {
 
 
 def _eval_epochs(config):
-    """Epochs after which to evaluate: offset, offset + period, ..., and the budget's end."""
+    """Epochs after which to evaluate: offset, offset + period, ..., up to the first at or after `epochs`.
+
+    Only points on this grid: the rules fix when a closed run evaluates. A budget that ends between
+    two of them (37 epochs at offset 3: 35 and 39) trains on, at end_lr, to the next one instead of
+    adding an evaluation of its own; the reference convergence points for batch 3264 include runs
+    that converged at epochs 36 and 37, which stopping at 35 would lose.
+    """
     first = config.eval_offset or config.epochs_between_evals
-    epochs = list(range(first, config.epochs + 1, config.epochs_between_evals))
-    if not epochs or epochs[-1] != config.epochs:
-        epochs.append(config.epochs)
-    return epochs
+    period = config.epochs_between_evals
+    last = first + max(0, -(-(config.epochs - first) // period)) * period
+    return list(range(first, last + 1, period))
 
 
 def plan_blocks(config, steps_per_epoch):
@@ -140,6 +147,9 @@ def division(config, info):
     elif info and (info.train_records, info.eval_records) != IMAGENET_COUNTS:
         reasons.append(f"dataset is not ImageNet-1k ({info.train_records} train / "
                        f"{info.eval_records} eval records)")
+    elif info and info.bounding_boxes is not False:  # None: a dataset.json older than the field
+        reasons.append(f"bounding_boxes {'true' if info.bounding_boxes else 'unknown'} in dataset.json "
+                       f"(closed: false, no boxes, as in the reference data)")
     if config.image_size != 224:
         reasons.append(f"image_size {config.image_size} (closed: 224)")
     if config.num_classes not in (1000, 1001):
@@ -153,7 +163,7 @@ def division(config, info):
     reasons += optim.closed_rule_violations(
         config.optimizer, base_lr=config.base_lr, weight_decay=config.weight_decay, end_lr=config.end_lr,
         power=config.poly_power, epsilon=config.lars_epsilon, momentum=config.momentum,
-        global_batch_size=config.global_batch_size)
+        global_batch_size=config.global_batch_size, eeta=config.lars_eeta)
     return Division("open" if reasons else "closed", tuple(reasons))
 
 
@@ -243,7 +253,7 @@ def _loss_fn(config):
             one_hot, logits, from_logits=True, label_smoothing=config.label_smoothing))
         if config.optimizer == "sgd":
             # LARS applies weight decay itself; plain SGD takes it as an L2 term, as the reference.
-            loss += optim.l2_regularization(model.trainable_variables, config.weight_decay)
+            loss += optim.l2_regularization(optim.l2_decayed_variables(model), config.weight_decay)
         return loss
     return loss_fn
 

@@ -1,0 +1,90 @@
+"""The MLPerf clock: no rank touches the dataset before run_start, and cache_clear speaks for every host.
+
+One 2-rank horovodrun run whose rank 0 is slow to write its files (as on a busy login node or a slow
+shared file system) and whose second "host" cannot drop its page cache. Horovod takes
+`localhost` and `127.0.0.1` for two hosts, so each rank is local rank 0 of its own host.
+"""
+import os
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import TINY, read_log, run
+from suite.session import cleared_on_every_host
+
+OLD_ATIME = 1_000_000_000  # 2001: older than any mtime, so the first read after it moves the atime
+ROOT_DELAY_SECONDS = 3  # per file: config.json and env.json before run_start
+
+
+def record_files(data_dir):
+    return sorted(os.path.join(data_dir, name) for name in os.listdir(data_dir)
+                  if name.startswith(("train-", "validation-")))
+
+
+def age_atimes(paths):
+    for path in paths:
+        os.utime(path, ns=(OLD_ATIME * 10**9, os.stat(path).st_mtime_ns))
+
+
+def first_reads(paths):
+    """path -> time of its first read in ms since the epoch, for the files read since age_atimes."""
+    reads = {}
+    for path in paths:
+        atime = os.stat(path).st_atime_ns
+        if atime != OLD_ATIME * 10**9:
+            reads[path] = atime / 1e6
+    return reads
+
+
+def require_read_atimes(tmp_path):
+    """The proof rests on the file system moving an old atime on a read (relatime or strictatime)."""
+    probe = tmp_path / "atime-probe"
+    probe.write_bytes(b"x" * 4096)
+    age_atimes([str(probe)])
+    probe.read_bytes()
+    if not first_reads([str(probe)]):
+        pytest.fail(f"{tmp_path} does not record read times (mounted noatime?): this test cannot tell "
+                    f"when ranks first read the dataset")
+
+
+@pytest.fixture(scope="module")
+def slow_root_run(small_data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("start_line")
+    require_read_atimes(root)
+    data_dir = root / "data"
+    shutil.copytree(small_data, data_dir)
+    files = record_files(data_dir)
+    age_atimes(files)
+    run_dir = root / "run"
+    result = run(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:1,127.0.0.1:1",
+                  "python", "tests/scripts/run_injected.py",
+                  "--slow-root-writes", str(ROOT_DELAY_SECONDS), "--cache-clear-fails-on", "1",
+                  "models.resnet50", *TINY, "--set", "clear_cache=true",
+                  "--data-dir", str(data_dir), "--run-dir", str(run_dir)], timeout=420)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return SimpleNamespace(events=read_log(run_dir / "result_0.txt"), reads=first_reads(files), files=files)
+
+
+@pytest.mark.slow
+def test_no_rank_reads_the_dataset_before_run_start(slow_root_run):
+    run_start = [e for e in slow_root_run.events if e["key"] == "run_start"][0]["time_ms"]
+    # Every training shard is read by one of the ranks, and the evaluation shards at the evaluation.
+    assert sorted(slow_root_run.reads) == slow_root_run.files
+    early = {os.path.basename(path): f"{run_start - ms:.0f} ms early"
+             for path, ms in slow_root_run.reads.items() if ms < run_start}
+    assert not early, early
+
+
+@pytest.mark.slow
+def test_cache_clear_is_true_only_when_every_host_dropped_its_cache(slow_root_run):
+    values = [e["value"] for e in slow_root_run.events if e["key"] == "cache_clear"]
+    # Rank 0 (host localhost) may drop it as root; rank 1 (host 127.0.0.1) reports that it could not.
+    assert values == [False]
+
+
+def test_cache_clear_combines_one_attempt_per_host():
+    # One entry per rank: local rank 0 of each host reports its attempt, the other ranks None.
+    assert cleared_on_every_host([True, None, True, None])
+    assert not cleared_on_every_host([True, None, False, None])
+    assert not cleared_on_every_host([None, None])
