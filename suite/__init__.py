@@ -1,4 +1,13 @@
-"""Shared machinery of the benchmark suite: config, Horovod set-up, MLPerf logging, the training loop."""
+"""The suite's shared machinery, in three packages by where the code runs.
+
+suite.train    inside every rank, under TensorFlow and Horovod: set-up, the loop, the MLPerf log.
+suite.cluster  on a login node or a laptop, never importing TensorFlow or Horovod: hostfiles,
+               launch, deploy, sweeps, results, the scaling model and the report.
+suite.common   what both import: configs and presets, the workload contract, cluster profiles,
+               files, allreduce arithmetic; no TensorFlow, no Horovod.
+
+This file only sets TensorFlow's environment before any TensorFlow import.
+"""
 import importlib.util
 import os
 

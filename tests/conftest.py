@@ -80,10 +80,10 @@ def read_json(path):
 @pytest.fixture(scope="session")
 def small_data(tmp_path_factory):
     """A learnable 4-class dataset with 32 px images: 64 train and 40 eval records, uneven shards."""
-    from models.resnet50 import data
+    from models.resnet50 import prepare
     out = tmp_path_factory.mktemp("small_data")
-    data.write_learnable_dataset(str(out), num_classes=4, train_per_class=16, eval_per_class=10,
-                                 image_size=32, train_shards=4, eval_shards=3, seed=1)
+    prepare.write_learnable_dataset(str(out), num_classes=4, train_per_class=16, eval_per_class=10,
+                                    image_size=32, train_shards=4, eval_shards=3, seed=1)
     return str(out)
 
 

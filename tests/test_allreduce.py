@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import read_json, run
-from suite import allreduce as ar
+from suite.train import allreduce as ar
 
 BANNER = "WARNING: ALLREDUCE BANDWIDTH FAR BELOW EXPECTATION"
 SMALL = ["--min-bytes", "4K", "--max-bytes", "4M", "--iters", "5"]
@@ -33,7 +33,7 @@ def bench(*args, launcher=None):
         "horovodrun-gloo": ["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", "python"],
         "mpirun": ["mpirun", "--oversubscribe", "-np", "2", "python"],
     }[launcher]
-    return run(prefix + ["-m", "suite.allreduce", *args], timeout=LAUNCH_TIMEOUT)
+    return run(prefix + ["-m", "suite.train.allreduce", *args], timeout=LAUNCH_TIMEOUT)
 
 
 def assert_consistent(data, world_size, sizes=(4 << 10, 4 << 20)):
@@ -154,7 +154,7 @@ def test_assess_warns_only_below_the_threshold():
 
 
 def test_expectation_comes_from_the_profile_for_the_node_count():
-    from suite import profiles
+    from suite.common import profiles
     oci = profiles.load("oci-bm-gpu-gm4-8")
     assert ar.expectation(None, oci, 2) == (185.0, "profile oci-bm-gpu-gm4-8, 2 nodes")
     value, why = ar.expectation(None, oci, 4)
@@ -165,10 +165,10 @@ def test_expectation_comes_from_the_profile_for_the_node_count():
 
 
 def test_the_launcher_hands_the_benchmark_its_profile():
-    from suite import profiles
+    from suite.common import profiles
     path = profiles.load("local-cpu").path
-    launch = [sys.executable, "-m", "suite.launch", "--hostfile", "hostfiles/localhost", "--profile",
-              "local-cpu", "--dry-run", "--", "suite.allreduce", "--max-bytes", "1M"]
+    launch = [sys.executable, "-m", "suite.cluster.launch", "--hostfile", "hostfiles/localhost", "--profile",
+              "local-cpu", "--dry-run", "--", "suite.train.allreduce", "--max-bytes", "1M"]
     command = run(launch, timeout=60).stdout.splitlines()[0].split()
     assert command[-3:] == ["1M", "--profile", path]
     # A profile given to the benchmark itself is left as it is.
@@ -281,8 +281,9 @@ def test_profile_expectation_through_the_launcher(tmp_path):
     profile.write_text("name: slow-net\nversion: 1\ndescription: test\ngpus_per_node: 0\n"
                        "expected_busbw_gbps: {1: 100000}\n")
     out = tmp_path / "out.json"
-    result = run([sys.executable, "-m", "suite.launch", "--hostfile", "hostfiles/localhost", "-np", "2",
-                  "--profile", str(profile), "--", "suite.allreduce", *SMALL, "--json", str(out)],
+    result = run([sys.executable, "-m", "suite.cluster.launch", "--hostfile", "hostfiles/localhost",
+                  "-np", "2",
+                  "--profile", str(profile), "--", "suite.train.allreduce", *SMALL, "--json", str(out)],
                  timeout=LAUNCH_TIMEOUT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     data = read_json(out)

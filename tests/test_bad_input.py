@@ -150,7 +150,7 @@ def test_help_lists_presets_quickly():
     result = train("--help", timeout=60)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 30
-    from models.resnet50.workload import PRESETS
+    from models.resnet50.presets import PRESETS
     for name in PRESETS:
         assert name in result.stdout
     assert "--set KEY=VALUE" in result.stdout
@@ -246,10 +246,10 @@ def test_run_directory_that_is_a_file_is_refused(small_data, tmp_path):
 
 
 def test_more_classes_than_num_classes_is_refused_before_training(tmp_path):
-    from models.resnet50 import data
+    from models.resnet50 import prepare
     data_dir = tmp_path / "six"
-    data.write_learnable_dataset(str(data_dir), num_classes=6, train_per_class=11, eval_per_class=4,
-                                 image_size=32, train_shards=2, eval_shards=2, seed=3)
+    prepare.write_learnable_dataset(str(data_dir), num_classes=6, train_per_class=11, eval_per_class=4,
+                                    image_size=32, train_shards=2, eval_shards=2, seed=3)
     run_dir = tmp_path / "run"
     result = train(*TINY, "--data-dir", str(data_dir), "--run-dir", str(run_dir))
     assert_one_line_error(result, str(data_dir), "6 classes", "num_classes")
@@ -263,10 +263,10 @@ def test_more_classes_than_num_classes_is_refused_before_training(tmp_path):
 
 def test_label_out_of_range_in_records_aborts_the_run(tmp_path):
     """dataset.json claims 4 classes but records carry labels 5 and 6: the pipeline's check fires."""
-    from models.resnet50 import data
+    from models.resnet50 import data, prepare
     data_dir = tmp_path / "mislabelled"
-    data.write_learnable_dataset(str(data_dir), num_classes=6, train_per_class=11, eval_per_class=4,
-                                 image_size=32, train_shards=2, eval_shards=2, seed=3)
+    prepare.write_learnable_dataset(str(data_dir), num_classes=6, train_per_class=11, eval_per_class=4,
+                                    image_size=32, train_shards=2, eval_shards=2, seed=3)
     meta_path = data_dir / data.METADATA_FILE
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "num_classes": 4}))
@@ -294,7 +294,7 @@ def test_corrupt_shard_aborts_a_single_process_run(how, small_data, tmp_path):
 def test_undecodable_image_aborts_the_run_with_the_error_last(small_data, tmp_path):
     """Whole TFRecords, bad JPEG bytes: libjpeg warnings from the input threads must not follow the error."""
     import tensorflow as tf
-    from models.resnet50 import data
+    from models.resnet50 import prepare
     data_dir = copy_dataset(small_data, tmp_path)
     shard = str(data_dir / "train-00002-of-00004")
     records = []
@@ -302,7 +302,7 @@ def test_undecodable_image_aborts_the_run_with_the_error_last(small_data, tmp_pa
         example = tf.train.Example.FromString(record.numpy())
         example.features.feature["image/encoded"].bytes_list.value[0] = b"\xff\xd8\xff" + b"x" * 100
         records.append(example.SerializeToString())
-    data._write_tfrecords(shard, records)
+    prepare._write_tfrecords(shard, records)
     run_dir = tmp_path / "run"
     result = train(*TINY, "--data-dir", str(data_dir), "--run-dir", str(run_dir))
     assert_one_line_error(result, "not a valid JPEG", str(data_dir))

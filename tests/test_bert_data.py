@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from models.bert import data
+from models.bert import data, prepare
 import tensorflow as tf  # after models: the package sets TF_USE_LEGACY_KERAS first
 
 TINY = dict(vocab_size=64, seq_length=64, max_predictions=10, train_records=120, eval_records=31,
@@ -18,15 +18,15 @@ TINY = dict(vocab_size=64, seq_length=64, max_predictions=10, train_records=120,
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """64 tokens and 10 predictions: 120 training records in 3 files, 31 eval records in 3 uneven files."""
-    return data.write_learnable_dataset(tmp_path_factory.mktemp("tiny") / "ds", **TINY)
+    return prepare.write_learnable_dataset(tmp_path_factory.mktemp("tiny") / "ds", **TINY)
 
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
     """The MLPerf lengths (512 tokens, 76 predictions), a few records."""
-    return data.write_learnable_dataset(tmp_path_factory.mktemp("full") / "ds", vocab_size=200,
-                                        seq_length=512, max_predictions=76, train_records=6, eval_records=5,
-                                        train_shards=2, eval_shards=1, seed=3)
+    return prepare.write_learnable_dataset(tmp_path_factory.mktemp("full") / "ds", vocab_size=200,
+                                           seq_length=512, max_predictions=76, train_records=6,
+                                           eval_records=5, train_shards=2, eval_shards=1, seed=3)
 
 
 @pytest.fixture
@@ -169,26 +169,26 @@ def test_round_trip_through_the_pipeline_at_both_lengths(tiny, full):
 
 
 def test_generator_is_deterministic_and_atomic(tiny, tmp_path):
-    again = data.write_learnable_dataset(tmp_path / "again", **TINY)
+    again = prepare.write_learnable_dataset(tmp_path / "again", **TINY)
     for name in ("dataset.json", "vocab.txt", "bert_config.json"):
         with open(os.path.join(tiny.data_dir, name)) as a, open(os.path.join(again.data_dir, name)) as b:
             assert a.read() == b.read()
     for mine, theirs in zip(tiny.train_files + tiny.eval_files, again.train_files + again.eval_files):
         with open(mine, "rb") as a, open(theirs, "rb") as b:
             assert a.read() == b.read()
-    other = data.write_learnable_dataset(tmp_path / "other", **{**TINY, "seed": 2})
+    other = prepare.write_learnable_dataset(tmp_path / "other", **{**TINY, "seed": 2})
     with open(tiny.train_files[0], "rb") as a, open(other.train_files[0], "rb") as b:
         assert a.read() != b.read()
     with pytest.raises(data.DataError, match="output directory is not empty"):
-        data.write_learnable_dataset(tmp_path / "again", **TINY)
+        prepare.write_learnable_dataset(tmp_path / "again", **TINY)
     with pytest.raises(data.DataError, match="max predictions"):
-        data.write_learnable_dataset(tmp_path / "bad", **{**TINY, "max_predictions": 62})
+        prepare.write_learnable_dataset(tmp_path / "bad", **{**TINY, "max_predictions": 62})
     assert sorted(os.listdir(tmp_path)) == ["again", "other"]  # nothing half-written left
 
 
 def test_learnability_numbers(tiny, tmp_path):
-    info = data.write_learnable_dataset(tmp_path / "bigger", vocab_size=128, seq_length=64,
-                                        max_predictions=10, train_records=1024, eval_records=256, seed=0)
+    info = prepare.write_learnable_dataset(tmp_path / "bigger", vocab_size=128, seq_length=64,
+                                           max_predictions=10, train_records=1024, eval_records=256, seed=0)
     meta = data.read_metadata(info.data_dir)
     assert meta["eval_masked_tokens"] > 2000
     assert meta["majority_baseline_accuracy"] < 0.1
@@ -308,7 +308,7 @@ def test_a_missing_feature_is_named_by_check_and_during_training(copy_of):
     del rows[0]["masked_lm_weights"]
     _write(path, rows)
     info = data.dataset_info(copy_of)  # reads no record: `check` and the training error line name the file
-    assert data.check_mlperf_dataset(copy_of, sample_records=16) == [
+    assert prepare.check_mlperf_dataset(copy_of, sample_records=16) == [
         f"{path}: record 0: feature masked_lm_weights is missing"]
     err = _first_error(data.train_dataset(info, 8, 0, 1, seed=0).take(40))
     _one_line_naming(data.describe_data_error(err, info), path, "record 0", "masked_lm_weights is missing")
@@ -317,7 +317,7 @@ def test_a_missing_feature_is_named_by_check_and_during_training(copy_of):
 def test_wrong_feature_length_is_named_by_check(copy_of):
     os.remove(os.path.join(copy_of, "dataset.json"))  # now the MLPerf lengths apply: 512 / 76
     new_metadata = {}
-    problems = data.check_mlperf_dataset(copy_of, sample_records=8, new_metadata=new_metadata)
+    problems = prepare.check_mlperf_dataset(copy_of, sample_records=8, new_metadata=new_metadata)
     train_file = os.path.join(copy_of, "train", "part-00000-of-00003")
     assert f"{train_file}: record 0: feature input_ids has length 64, expected 512" in problems
     assert new_metadata == {}  # nothing to write for data with problems
@@ -329,13 +329,13 @@ def test_eval_set_of_the_wrong_size_is_named_by_check(copy_of, full, tmp_path):
         meta = json.load(f)
     with open(meta_path, "w") as f:
         json.dump({**meta, "eval_records": 30}, f)
-    problems = data.check_mlperf_dataset(copy_of)
+    problems = prepare.check_mlperf_dataset(copy_of)
     assert problems == [f"{copy_of}/eval: 31 eval records, {meta_path} declares 30"]
 
     mlperf_like = tmp_path / "mlperf_like"
     shutil.copytree(full.data_dir, mlperf_like)
     os.remove(mlperf_like / "dataset.json")
-    problems = data.check_mlperf_dataset(str(mlperf_like))
+    problems = prepare.check_mlperf_dataset(str(mlperf_like))
     assert f"{mlperf_like}/eval: 5 eval records, MLPerf requires 10000" in problems
 
 
@@ -364,14 +364,15 @@ def test_mlperf_layout_without_dataset_json(full, tmp_path, monkeypatch):
     with pytest.raises(data.DataError, match="data_cli check"):
         data.dataset_info(str(root))
     notes, new_metadata = [], {}
-    problems = data.check_mlperf_dataset(str(root), sample_records=8, notes=notes, new_metadata=new_metadata)
+    problems = prepare.check_mlperf_dataset(str(root), sample_records=8, notes=notes,
+                                            new_metadata=new_metadata)
     assert notes[0].startswith("rules: MLPerf reference data")
     assert any("holds 2 training files, not the reference's 500" in note for note in notes)
     assert len(problems) == 1 and new_metadata == {}
     _one_line_naming(problems[0], str(root / "eval" / "eval_10k"), "25,382,591")
 
-    monkeypatch.setattr(data, "MLPERF_EVAL_BYTES", os.path.getsize(root / "eval" / "eval_10k"))
-    assert data.check_mlperf_dataset(str(root), sample_records=8, new_metadata=new_metadata) == []
+    monkeypatch.setattr(prepare, "MLPERF_EVAL_BYTES", os.path.getsize(root / "eval" / "eval_10k"))
+    assert prepare.check_mlperf_dataset(str(root), sample_records=8, new_metadata=new_metadata) == []
     info = data.dataset_info(str(root), metadata=new_metadata)
     assert (info.eval_records, info.train_records, info.vocab_size) == (10000, None, 30522)
     assert not info.generated and not info.mlperf_layout  # 2 training files, not 500
@@ -383,8 +384,8 @@ def test_mlperf_layout_without_dataset_json(full, tmp_path, monkeypatch):
 
 
 def test_token_ids_against_the_model_vocabulary(tiny):
-    assert data.token_id_problem(tiny, 64) is None
-    problem = data.token_id_problem(tiny, 40, sample=16)
+    assert prepare.token_id_problem(tiny, 64) is None
+    problem = prepare.token_id_problem(tiny, 40, sample=16)
     _one_line_naming(problem, "vocabulary/config mismatch", tiny.train_files[0], "vocab_size 40")
 
 
@@ -458,7 +459,7 @@ def test_describe_ignores_unrelated_errors_and_names_out_of_vocabulary_ids(tiny)
 
 def test_check_generated_data(copy_of):
     notes = []
-    assert data.check_mlperf_dataset(copy_of, notes=notes) == []
+    assert prepare.check_mlperf_dataset(copy_of, notes=notes) == []
     assert notes == [f"rules: generated data ({copy_of}/dataset.json): 64 tokens, 10 predictions, "
                      f"120 training and 31 eval records as declared"]
     os.remove(os.path.join(copy_of, "train", "part-00001-of-00003"))
@@ -466,13 +467,13 @@ def test_check_generated_data(copy_of):
     rows = _features(path)
     rows[2]["input_ids"][5] = 99
     _write(path, rows)
-    problems = data.check_mlperf_dataset(copy_of)
+    problems = prepare.check_mlperf_dataset(copy_of)
     assert problems == [
         f"{copy_of}/train: missing shards part-00001-of-00003",
         f"{copy_of}/train: 80 training records, {copy_of}/dataset.json declares 120",
         f"{path}: record 2: vocabulary/config mismatch: input_ids holds token id 99, outside vocab_size 64"]
     with pytest.raises(data.DataError, match="data directory not found"):
-        data.check_mlperf_dataset(copy_of + "-nope")
+        prepare.check_mlperf_dataset(copy_of + "-nope")
 
 
 def _stand_in_checkpoint(folder, config):
@@ -485,14 +486,14 @@ def _stand_in_checkpoint(folder, config):
     for suffix in ("index", "meta", "data-00000-of-00001"):
         with open(os.path.join(folder, f"model.ckpt-28252.{suffix}"), "wb") as f:
             f.write(suffix.encode())
-    return {name: (os.path.getsize(os.path.join(folder, name)), data.file_md5(os.path.join(folder, name)))
-            for name in data.CHECKPOINT_FILES}
+    return {name: (os.path.getsize(os.path.join(folder, name)), prepare.file_md5(os.path.join(folder, name)))
+            for name in prepare.CHECKPOINT_FILES}
 
 
 def test_check_checkpoint_dir_with_a_stand_in_for_the_variable_check(tmp_path, monkeypatch):
     import models.bert.checkpoint as checkpoint
 
-    config = data.tiny_bert_config(64, 64)
+    config = prepare.tiny_bert_config(64, 64)
     folder = str(tmp_path / "ckpt")
     digests = _stand_in_checkpoint(folder, config)
     calls = []
@@ -503,32 +504,32 @@ def test_check_checkpoint_dir_with_a_stand_in_for_the_variable_check(tmp_path, m
 
     monkeypatch.setattr(checkpoint, "checkpoint_problems", stand_in)
     # The reference's sizes: every small stand-in file differs.
-    problems = data.check_checkpoint_dir(folder)
+    problems = prepare.check_checkpoint_dir(folder)
     assert problems[:5] == [f"{folder}/{name}: {digests[name][0]:,} bytes, the reference's file has "
-                            f"{data.CHECKPOINT_FILES[name][0]:,}" for name in data.CHECKPOINT_FILES]
+                            f"{prepare.CHECKPOINT_FILES[name][0]:,}" for name in prepare.CHECKPOINT_FILES]
     assert problems[5:] == ["stand-in: bad variable"]
     assert calls == [(f"{folder}/model.ckpt-28252", 64)]
 
-    monkeypatch.setattr(data, "CHECKPOINT_FILES", digests)
+    monkeypatch.setattr(prepare, "CHECKPOINT_FILES", digests)
     monkeypatch.setattr(checkpoint, "checkpoint_problems", lambda prefix, cfg: [])
-    assert data.check_checkpoint_dir(folder) == []
+    assert prepare.check_checkpoint_dir(folder) == []
     wrong = {**digests, "vocab.txt": (digests["vocab.txt"][0], "0" * 32)}
-    monkeypatch.setattr(data, "CHECKPOINT_FILES", wrong)
-    assert data.check_checkpoint_dir(folder) == [
+    monkeypatch.setattr(prepare, "CHECKPOINT_FILES", wrong)
+    assert prepare.check_checkpoint_dir(folder) == [
         f"{folder}/vocab.txt: MD5 {digests['vocab.txt'][1]}, the reference's is {'0' * 32}"]
-    assert data.check_checkpoint_dir(folder, verify_md5=False) == []
+    assert prepare.check_checkpoint_dir(folder, verify_md5=False) == []
 
     with open(os.path.join(folder, "vocab.txt"), "a") as f:
         f.write("extra\n")
-    monkeypatch.setattr(data, "CHECKPOINT_FILES", {**digests, "vocab.txt": (os.path.getsize(
-        os.path.join(folder, "vocab.txt")), data.file_md5(os.path.join(folder, "vocab.txt")))})
-    problems = data.check_checkpoint_dir(folder)
+    monkeypatch.setattr(prepare, "CHECKPOINT_FILES", {**digests, "vocab.txt": (os.path.getsize(
+        os.path.join(folder, "vocab.txt")), prepare.file_md5(os.path.join(folder, "vocab.txt")))})
+    problems = prepare.check_checkpoint_dir(folder)
     assert len(problems) == 1
     _one_line_naming(problems[0], "vocabulary/config mismatch", f"{folder}/vocab.txt", "65 tokens", "64")
     os.remove(os.path.join(folder, "model.ckpt-28252.meta"))
-    assert f"missing {folder}/model.ckpt-28252.meta" in data.check_checkpoint_dir(folder)
+    assert f"missing {folder}/model.ckpt-28252.meta" in prepare.check_checkpoint_dir(folder)
     with pytest.raises(data.DataError, match="checkpoint directory not found"):
-        data.check_checkpoint_dir(str(tmp_path / "nope"))
+        prepare.check_checkpoint_dir(str(tmp_path / "nope"))
 
 
 def test_check_checkpoint_dir_reads_variables_and_tf1_ckpt_folder(tmp_path, monkeypatch):
@@ -536,7 +537,7 @@ def test_check_checkpoint_dir_reads_variables_and_tf1_ckpt_folder(tmp_path, monk
     from models.bert import checkpoint
     from models.bert.model import BertConfig, build_pretraining_model
 
-    config = data.tiny_bert_config(64, 64)
+    config = prepare.tiny_bert_config(64, 64)
     folder = tmp_path / "ckpt"
     _stand_in_checkpoint(str(folder), config)
     for suffix in ("index", "data-00000-of-00001"):
@@ -547,18 +548,18 @@ def test_check_checkpoint_dir_reads_variables_and_tf1_ckpt_folder(tmp_path, monk
     model = build_pretraining_model(BertConfig.from_dict(config), 64, 10)
     prefix = str(folder / "tf1_ckpt" / "model.ckpt-28252")
     checkpoint.write_tf1_checkpoint(checkpoint.model_values(model), prefix)
-    paths = data.checkpoint_layout(str(folder))
+    paths = prepare.checkpoint_layout(str(folder))
     assert paths["model.ckpt-28252.index"] == str(folder / "tf1_ckpt" / "model.ckpt-28252.index")
     assert paths["vocab.txt"] == str(folder / "vocab.txt")
-    monkeypatch.setattr(data, "CHECKPOINT_FILES", {
-        name: (os.path.getsize(path), data.file_md5(path)) for name, path in paths.items()})
-    assert data.check_checkpoint_dir(str(folder)) == []
+    monkeypatch.setattr(prepare, "CHECKPOINT_FILES", {
+        name: (os.path.getsize(path), prepare.file_md5(path)) for name, path in paths.items()})
+    assert prepare.check_checkpoint_dir(str(folder)) == []
 
     with open(folder / "bert_config.json", "w") as f:
         json.dump({**config, "hidden_size": 32, "intermediate_size": 128}, f)
-    monkeypatch.setattr(data, "CHECKPOINT_FILES", {
-        name: (os.path.getsize(path), data.file_md5(path)) for name, path in paths.items()})
-    problems = data.check_checkpoint_dir(str(folder))
+    monkeypatch.setattr(prepare, "CHECKPOINT_FILES", {
+        name: (os.path.getsize(path), prepare.file_md5(path)) for name, path in paths.items()})
+    problems = prepare.check_checkpoint_dir(str(folder))
     assert problems and all(str(folder / "tf1_ckpt" / "model.ckpt-28252") in p for p in problems)
 
 
@@ -589,8 +590,9 @@ def _atimes(paths):
 def test_dataset_info_and_the_run_set_up_read_no_record(copy_of, tmp_path):
     from types import SimpleNamespace
 
-    from models.bert.workload import PRESETS, BertRunConfig, _datasets
-    from suite.config import resolve
+    from models.bert.presets import PRESETS, BertRunConfig
+    from models.bert.workload import _datasets
+    from suite.common.config import resolve
 
     probe = tmp_path / "probe"
     probe.write_bytes(b"x" * 4096)
@@ -617,7 +619,7 @@ def test_dataset_info_trusts_dataset_json_and_training_names_a_bad_file(copy_of)
             f.write(b"\x07" * size)
     info = data.dataset_info(copy_of)
     assert (info.train_records, info.eval_records, len(info.train_files)) == (120, 31, 3)
-    problems = data.check_mlperf_dataset(copy_of, sample_records=8)
+    problems = prepare.check_mlperf_dataset(copy_of, sample_records=8)
     assert any(info.eval_files[0] in problem for problem in problems), problems
     err = _first_error(data.eval_dataset(info, 4, 0, 1))
     _one_line_naming(data.describe_data_error(err, info), "corrupt or truncated TFRecord", info.eval_files[0])

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from models.bert import data, data_cli
+from models.bert import data, prepare, data_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--seq-length", "64", "--max-predictions", "10", "--train-records", "40", "--eval-records", "12",
@@ -107,13 +107,13 @@ def test_check_checkpoint_dir_with_stand_in_files(tmp_path, capsys, monkeypatch,
     folder = tmp_path / "ckpt"
     folder.mkdir()
     with open(folder / "bert_config.json", "w") as f:
-        json.dump(data.tiny_bert_config(64, 64), f)
+        json.dump(prepare.tiny_bert_config(64, 64), f)
     shutil.copy(os.path.join(generated[0], "vocab.txt"), folder / "vocab.txt")
     for suffix in ("index", "meta", "data-00000-of-00001"):
         (folder / f"model.ckpt-28252.{suffix}").write_bytes(suffix.encode())
-    monkeypatch.setattr(data, "CHECKPOINT_FILES", {name: (os.path.getsize(folder / name),
-                                                          data.file_md5(str(folder / name)))
-                                                   for name in data.CHECKPOINT_FILES})
+    monkeypatch.setattr(prepare, "CHECKPOINT_FILES", {name: (os.path.getsize(folder / name),
+                                                             prepare.file_md5(str(folder / name)))
+                                                      for name in prepare.CHECKPOINT_FILES})
     monkeypatch.setattr(checkpoint, "checkpoint_problems", lambda prefix, config: [])
     assert data_cli.main(["check", "--checkpoint-dir", str(folder), "--data-dir", generated[0]]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -131,19 +131,19 @@ def test_check_writes_dataset_json_for_mlperf_data_and_runs_accept_it(tmp_path, 
     false) that dataset_info accepts. With problems nothing is written. (A 5-record eval set stands in for
     eval_10k: the rules' count and size are patched to fit it.)"""
     root = tmp_path / "mlperf"
-    data.write_learnable_dataset(str(root), vocab_size=200, seq_length=512, max_predictions=76,
-                                 train_records=6, eval_records=5, train_shards=2, eval_shards=1, seed=3)
+    prepare.write_learnable_dataset(str(root), vocab_size=200, seq_length=512, max_predictions=76,
+                                    train_records=6, eval_records=5, train_shards=2, eval_shards=1, seed=3)
     for name in ("dataset.json", "vocab.txt", "bert_config.json"):
         os.remove(root / name)
     os.rename(root / "eval" / "part-00000-of-00001", root / "eval" / "eval_10k")
     eval_bytes = os.path.getsize(root / "eval" / "eval_10k")
-    monkeypatch.setattr(data, "MLPERF_EVAL_RECORDS", 5)
+    monkeypatch.setattr(prepare, "MLPERF_EVAL_RECORDS", 5)
 
     assert data_cli.main(["check", "--data-dir", str(root), "--sample", "8"]) == 1  # eval_10k's size
     assert f"{root}/eval/eval_10k: {eval_bytes:,} bytes" in capsys.readouterr().out
     assert sorted(os.listdir(root)) == ["eval", "train"]
 
-    monkeypatch.setattr(data, "MLPERF_EVAL_BYTES", eval_bytes)
+    monkeypatch.setattr(prepare, "MLPERF_EVAL_BYTES", eval_bytes)
     assert data_cli.main(["check", "--data-dir", str(root), "--sample", "8"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert any(line.startswith(f"wrote {root}/dataset.json") for line in out), out

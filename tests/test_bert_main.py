@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from models.bert.workload import PRESETS
+from models.bert.presets import PRESETS
 from conftest import assert_fails_only_on_accuracy, check_log, read_json, read_log, run, train_cmd
 from test_bad_input import (assert_aborted, assert_not_started, assert_one_line_error, assert_ranks_report,
                             rank_lines)
@@ -29,10 +29,10 @@ def bert(*args, np=1, timeout=300):
 @pytest.fixture(scope="session")
 def bert_data(tmp_path_factory):
     """The generated learnable set at 64 tokens / 10 predictions, with its tiny bert_config.json."""
-    from models.bert import data
+    from models.bert import prepare
     out = tmp_path_factory.mktemp("bert") / "data"
-    data.write_learnable_dataset(str(out), seq_length=SEQ, max_predictions=PRED, train_records=2048,
-                                 eval_records=512, train_shards=4, eval_shards=2, seed=1)
+    prepare.write_learnable_dataset(str(out), seq_length=SEQ, max_predictions=PRED, train_records=2048,
+                                    eval_records=512, train_shards=4, eval_shards=2, seed=1)
     return out
 
 

@@ -252,8 +252,8 @@ def test_bias_correction_counts_only_applied_steps(wrap):
 
 
 def test_applied_steps_are_broadcast_and_checkpointed(tmp_path):
-    from suite.checkpoints import TrainingCheckpoints
-    from suite.dist import optimizer_variables
+    from suite.train.checkpoints import TrainingCheckpoints
+    from suite.train.dist import optimizer_variables
 
     init, grads = make_problem(steps=3)
 

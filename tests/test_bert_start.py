@@ -18,12 +18,12 @@ def record_files(data_dir):
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    from models.bert import data
+    from models.bert import prepare
     root = tmp_path_factory.mktemp("bert_start")
     require_read_atimes(root)
     data_dir = str(root / "data")
-    data.write_learnable_dataset(data_dir, seq_length=64, max_predictions=10, train_records=128,
-                                 eval_records=32, train_shards=2, eval_shards=1, seed=4)
+    prepare.write_learnable_dataset(data_dir, seq_length=64, max_predictions=10, train_records=128,
+                                    eval_records=32, train_shards=2, eval_shards=1, seed=4)
     files = record_files(data_dir)
     age_atimes(files)
     result = run(["horovodrun", "-np", "2", "-H", "localhost:2", "python", "tests/scripts/run_injected.py",

@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from models.bert.workload import (PRESETS, BertRunConfig, division, eval_steps, load_model_config,
-                                  plan_blocks, rules_eval_interval)
-from suite.config import ConfigError, resolve
-from suite.workload import local_batch_size
+from models.bert.presets import PRESETS, BertRunConfig
+from models.bert.workload import division, eval_steps, load_model_config, plan_blocks, rules_eval_interval
+from suite.common.config import ConfigError, resolve
+from suite.common.workload import local_batch_size
 
 MLPERF_DATA = SimpleNamespace(generated=False, eval_records=10_000)
 

@@ -7,11 +7,11 @@ from conftest import assert_fails_only_on_accuracy, check_log, read_json, read_l
 @pytest.fixture(scope="module")
 def closed_run(tmp_path_factory):
     """A 2-process run of the closed_path_cpu preset on a tiny generated 224 px dataset."""
-    from models.resnet50 import data
+    from models.resnet50 import prepare
     root = tmp_path_factory.mktemp("closed")
     data_dir = root / "data"
-    data.write_learnable_dataset(str(data_dir), num_classes=4, train_per_class=4, eval_per_class=2,
-                                 image_size=224, train_shards=2, eval_shards=2, seed=3)
+    prepare.write_learnable_dataset(str(data_dir), num_classes=4, train_per_class=4, eval_per_class=2,
+                                    image_size=224, train_shards=2, eval_shards=2, seed=3)
     run_dir = root / "run"
     result = run(train_cmd("--preset", "closed_path_cpu", "--data-dir", str(data_dir), "--run-dir",
                            str(run_dir), launcher=("horovodrun",), np=2), timeout=600)

@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from models.resnet50.workload import PRESETS, ResNetConfig, division, plan_blocks
-from suite.workload import local_batch_size
-from suite.config import ConfigError, resolve
+from models.resnet50.presets import PRESETS, ResNetConfig
+from models.resnet50.workload import division, plan_blocks
+from suite.common.workload import local_batch_size
+from suite.common.config import ConfigError, resolve
 
 
 def make(preset="tiny_cpu", **kwargs):

@@ -1,4 +1,4 @@
-"""suite.deploy and container/: golden sbatch scripts, MPIJobs and Dockerfiles, their checks, and the CLIs.
+"""suite.cluster.deploy and container/: golden sbatch scripts, MPIJobs and Dockerfiles, checks, CLIs.
 
 Goldens: tests/golden/deploy/ (sbatch scripts, MPIJob manifests) and container/Dockerfile.gpu and .cpu
 (the files build.sh builds). After an intended change to a template or an input, regenerate them and
@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from conftest import REPO, run
-from suite import deploy, launch, profiles
+from suite.cluster import deploy, launch
+from suite.common import profiles
 
 GOLDEN = os.path.join(REPO, "tests", "golden", "deploy")
 CONTAINER = os.path.join(REPO, "container")
@@ -68,7 +69,7 @@ def render(argv):
 
 
 def deploy_cli(*args):
-    return run([sys.executable, "-m", "suite.deploy", *args], timeout=60)
+    return run([sys.executable, "-m", "suite.cluster.deploy", *args], timeout=60)
 
 
 def check_golden(path, text):
@@ -641,11 +642,12 @@ def test_cli_all_writes_every_file(tmp_path):
     validate_mpijob(yaml.safe_load((out / "mpijob.yaml").read_text()))
     bash_syntax(out / "slurm.sbatch")
     # The files say how they were made, without where they were written.
-    assert f"# Rendered by: python -m suite.deploy {shlex.join(argv)}\n" in (out / "slurm.sbatch").read_text()
+    header = f"# Rendered by: python -m suite.cluster.deploy {shlex.join(argv)}\n"
+    assert header in (out / "slurm.sbatch").read_text()
 
 
 def test_cli_does_not_import_tensorflow():
-    code = ("import sys; from suite import deploy; deploy.main(" + repr(CASES["slurm-2n.sbatch"]) +
+    code = ("import sys; from suite.cluster import deploy; deploy.main(" + repr(CASES["slurm-2n.sbatch"]) +
             "); print('\\nTF', 'tensorflow' in sys.modules, 'horovod' in sys.modules)")
     result = run([sys.executable, "-c", code], timeout=60)
     assert result.returncode == 0, result.stderr
@@ -660,8 +662,8 @@ def test_default_run_id_and_job_name():
 
 
 def test_a_model_without_a_workload_is_rendered_with_a_note():
-    assert deploy.workload_spec("models.no_such_benchmark") is None
-    assert deploy.workload_spec("models.resnet50").name == "resnet50"
+    assert deploy.model_presets("models.no_such_benchmark") is None
+    assert deploy.model_presets("models.resnet50").BENCHMARK == "resnet"
 
 
 SLURM = ["slurm", *job(2, *SLURM_PATHS)]

@@ -1,7 +1,7 @@
 """GPU pinning by local rank, checked on the CPU with TensorFlow's device calls recorded."""
 import pytest
 
-from suite import dist
+from suite.train import dist
 
 
 @pytest.fixture

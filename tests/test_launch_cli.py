@@ -1,4 +1,4 @@
-"""`python -m suite.launch`: dry-run commands per launcher and scale, validation errors, localhost runs."""
+"""`python -m suite.cluster.launch`: dry-run commands per launcher and scale, bad input, local runs."""
 import json
 import os
 import re
@@ -34,7 +34,7 @@ PROFILES = ("generic-infiniband", "local-cpu", "oci-bm-gpu-gm4-8", "tcp-only")
 
 
 def launch(*args, timeout=60):
-    return run([sys.executable, "-m", "suite.launch", *args], timeout=timeout)
+    return run([sys.executable, "-m", "suite.cluster.launch", *args], timeout=timeout)
 
 
 def dry_run(*args):
@@ -183,7 +183,7 @@ def test_a_profile_file_and_the_launch_record(tmp_path):
 
 
 def test_every_shipped_profile_loads():
-    from suite import profiles
+    from suite.common import profiles
     assert set(PROFILES) <= set(profiles.available())
     for name in PROFILES:
         profile = profiles.load(name)
@@ -307,7 +307,7 @@ DETECT = [
 
 @pytest.fixture(scope="module")
 def dist():
-    from suite import dist
+    from suite.train import dist
     return dist
 
 
@@ -341,7 +341,7 @@ def test_horovod_joins_mpi_comm_world_under_mpi_launchers(dist, monkeypatch, lau
 
 WORKER = """
 import json, sys
-from suite import dist
+from suite.train import dist
 world = dist.initialize()
 mpi = sys.modules.get("mpi4py.MPI")  # loaded by initialize() under MPI launchers only
 print("WORLD " + json.dumps({"rank": world.rank, "size": world.size, "local_rank": world.local_rank,

@@ -9,9 +9,9 @@ import suite  # noqa: F401
 import tensorflow as tf
 
 from models.resnet50.optim import LARS
-from suite import dist, loop
-from suite.checkpoints import blocks_after
-from suite.workload import Block, Division, Job
+from suite.train import dist, loop
+from suite.train.checkpoints import blocks_after
+from suite.common.workload import Block, Division, Job
 
 
 @pytest.fixture(scope="module")

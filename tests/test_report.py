@@ -1,4 +1,4 @@
-"""suite.report on hand-made sweep folders (no TensorFlow): the numbers of the logs, the plots, bad input."""
+"""suite.cluster.report on hand-made sweep folders (no TensorFlow): numbers, plots, bad input."""
 import json
 import os
 import re
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import run
-from suite import report, results
+from suite.cluster import report, results
 
 BENCH = "resnet"
 SUBMITTER = "acme"
@@ -71,7 +71,7 @@ def allreduce_record(np):
 
 
 def make_sweep(folder, slow_rank=None, allreduce=True):
-    """A sweep folder as suite.sweep leaves it, with known times."""
+    """A sweep folder as suite.cluster.sweep leaves it, with known times."""
     scales = []
     for np, minutes in TIMES.items():
         scales.append({"system": system(np), "np": np, "nodes": 1, "hostfile": "hostfiles/localhost",
@@ -112,7 +112,7 @@ def table_with(markdown, column):
 
 
 def parse_minutes(path):
-    """Time to train straight from a log, independently of suite.results."""
+    """Time to train straight from a log, independently of suite.cluster.results."""
     times = {}
     with open(path) as handle:
         for line in handle:
@@ -252,7 +252,7 @@ def test_without_allreduce_there_is_no_projection(tmp_path):
 # ---- bad input: one line, exit 2, nothing already written damaged ----
 
 def report_cli(*args):
-    return run([sys.executable, "-m", "suite.report", *args], timeout=120)
+    return run([sys.executable, "-m", "suite.cluster.report", *args], timeout=120)
 
 
 def snapshot(folder):

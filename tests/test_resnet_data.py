@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from models.resnet50 import data, data_cli
+from models.resnet50 import data, prepare, data_cli
 import tensorflow as tf  # after models: the package sets TF_USE_LEGACY_KERAS first
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,9 +24,9 @@ CLASSES, TRAIN_PER_CLASS, EVAL_PER_CLASS, SIZE = 3, 8, 5, 32
 def learnable(tmp_path_factory):
     """24 training records in 3 shards and 15 validation records in 3 shards of 5."""
     out = tmp_path_factory.mktemp("learnable") / "ds"
-    return data.write_learnable_dataset(out, num_classes=CLASSES, train_per_class=TRAIN_PER_CLASS,
-                                        eval_per_class=EVAL_PER_CLASS, image_size=SIZE, train_shards=3,
-                                        eval_shards=3, seed=1)
+    return prepare.write_learnable_dataset(out, num_classes=CLASSES, train_per_class=TRAIN_PER_CLASS,
+                                           eval_per_class=EVAL_PER_CLASS, image_size=SIZE, train_shards=3,
+                                           eval_shards=3, seed=1)
 
 
 @pytest.fixture
@@ -75,8 +75,8 @@ def _write_records(directory, records_by_file):
 def _write_dataset(directory, train, evals):
     """One training and one validation shard of the given records, with the dataset.json runs need."""
     _write_records(directory, {"train-00000-of-00001": train, "validation-00000-of-00001": evals})
-    data._write_metadata(str(directory), train_records=len(train), eval_records=len(evals), num_classes=None,
-                         train_shards=1, eval_shards=1, bounding_boxes=False)
+    prepare._write_metadata(str(directory), train_records=len(train), eval_records=len(evals),
+                            num_classes=None, train_shards=1, eval_shards=1, bounding_boxes=False)
     return str(directory)
 
 
@@ -130,9 +130,9 @@ def test_generator_layout_and_metadata(learnable):
 
 def test_generator_is_deterministic(learnable, tmp_path):
     def generate(name, seed):
-        return data.write_learnable_dataset(tmp_path / name, num_classes=CLASSES,
-                                            train_per_class=TRAIN_PER_CLASS, eval_per_class=EVAL_PER_CLASS,
-                                            image_size=SIZE, train_shards=3, eval_shards=3, seed=seed)
+        return prepare.write_learnable_dataset(tmp_path / name, num_classes=CLASSES,
+                                               train_per_class=TRAIN_PER_CLASS, eval_per_class=EVAL_PER_CLASS,
+                                               image_size=SIZE, train_shards=3, eval_shards=3, seed=seed)
 
     again = generate("again", 1)
     pairs = zip(learnable.train_files + learnable.eval_files, again.train_files + again.eval_files)
@@ -148,16 +148,16 @@ def test_generator_refuses_non_empty_output_and_bad_arguments(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")
     with pytest.raises(data.DataError, match="not empty"):
-        data.write_learnable_dataset(tmp_path / "full", num_classes=2, train_per_class=2, eval_per_class=1)
+        prepare.write_learnable_dataset(tmp_path / "full", num_classes=2, train_per_class=2, eval_per_class=1)
     assert os.listdir(tmp_path / "full") == ["keep.txt"]
     with pytest.raises(data.DataError, match="train shards"):
-        data.write_learnable_dataset(tmp_path / "bad", num_classes=2, train_per_class=2, train_shards=5)
+        prepare.write_learnable_dataset(tmp_path / "bad", num_classes=2, train_per_class=2, train_shards=5)
     # Nothing half-written is left behind.
     assert sorted(os.listdir(tmp_path)) == ["full"]
     # An existing empty directory is fine.
     (tmp_path / "empty").mkdir()
-    info = data.write_learnable_dataset(tmp_path / "empty", num_classes=2, train_per_class=2,
-                                        eval_per_class=1, image_size=16, train_shards=1, eval_shards=1)
+    info = prepare.write_learnable_dataset(tmp_path / "empty", num_classes=2, train_per_class=2,
+                                           eval_per_class=1, image_size=16, train_shards=1, eval_shards=1)
     assert info.train_records == 4 and info.eval_records == 2
 
 
@@ -503,7 +503,7 @@ def test_corrupt_tfrecord_gives_one_line_message(copy_of, damage):
     assert message and "\n" not in message and copy_of in message
     assert "corrupt" in message
     # The pre-flight check names the file itself.
-    problems = data.check_imagenet(copy_of, expect_full_imagenet=False, sample_records=0, progress=False)
+    problems = prepare.check_imagenet(copy_of, expect_full_imagenet=False, sample_records=0, progress=False)
     assert any(problem.startswith(f"{victim}: unreadable") for problem in problems)
 
 
@@ -517,8 +517,8 @@ def test_label_out_of_range_gives_one_line_message(learnable):
 
 
 def test_zero_label_and_bad_jpeg_give_one_line_messages(tmp_path):
-    good = data._example(_jpeg(np.full((20, 20, 3), 128)), 0, "n0", "zero.JPEG", 20, 20)
-    bad = data._example(b"this is not a jpeg", 1, "n0", "bad.JPEG", 20, 20)
+    good = prepare._example(_jpeg(np.full((20, 20, 3), 128)), 0, "n0", "zero.JPEG", 20, 20)
+    bad = prepare._example(b"this is not a jpeg", 1, "n0", "bad.JPEG", 20, 20)
     zero_dir = _write_dataset(tmp_path / "zero", [good], [good])
     bad_dir = _write_dataset(tmp_path / "bad", [bad], [bad])
     info = data.dataset_info(zero_dir)
@@ -611,8 +611,8 @@ def _write_meta_mat(path, numbers):
 def test_convert_imagenet_tiny(tmp_path):
     raw = tmp_path / "raw"
     truth = _make_raw_imagenet(raw)
-    info = data.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=2, eval_shards=1,
-                                 num_workers=2, progress=False)
+    info = prepare.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=2, eval_shards=1,
+                                    num_workers=2, progress=False)
     assert (info.train_records, info.eval_records, info.num_classes) == (9, 3, 3)
     assert [os.path.basename(f) for f in info.train_files] == ["train-00000-of-00002", "train-00001-of-00002"]
     assert [os.path.basename(f) for f in info.eval_files] == ["validation-00000-of-00001"]
@@ -665,16 +665,17 @@ def test_convert_with_bounding_boxes_is_open_division_data(tmp_path):
     assert all(len(_boxes(e)[0]) == 2 for e in _all_examples(info.eval_files))  # LOC_val_solution.csv's
 
     # Closed-rule check: the records themselves are scanned, not only dataset.json.
-    problems = data.check_imagenet(str(out), sample_records=0, progress=False)
+    problems = prepare.check_imagenet(str(out), sample_records=0, progress=False)
     boxed = [p for p in problems if "bounding boxes" in p]
     assert len(boxed) == 1 and boxed[0].startswith(f"{out}/")
     assert "(image/object/bbox/*; 4 in 2 files): not closed-division data" in boxed[0]
     assert "--bounding-boxes" in boxed[0]
-    assert data.check_imagenet(str(out), expect_full_imagenet=False, sample_records=0, progress=False) == []
+    assert prepare.check_imagenet(str(out), expect_full_imagenet=False, sample_records=0,
+                                  progress=False) == []
     meta = _read_metadata_file(out)
     with open(out / "dataset.json", "w") as f:
         json.dump({**meta, "bounding_boxes": False}, f)
-    assert data.check_imagenet(str(out), expect_full_imagenet=False, sample_records=0, progress=False) == [
+    assert prepare.check_imagenet(str(out), expect_full_imagenet=False, sample_records=0, progress=False) == [
         f"{out}/dataset.json says bounding_boxes false, but 4 records hold boxes"]
 
 
@@ -692,8 +693,9 @@ def test_cli_convert_without_the_flag_writes_no_boxes(tmp_path, capsys):
 
 
 def test_division_is_open_for_data_with_bounding_boxes(learnable):
-    from models.resnet50.workload import PRESETS, ResNetConfig, division
-    from suite.config import resolve
+    from models.resnet50.presets import PRESETS, ResNetConfig
+    from models.resnet50.workload import division
+    from suite.common.config import resolve
 
     config = resolve(ResNetConfig, PRESETS, "closed_8xA100_gbs3264", extra={"data_dir": "/data"})
     imagenet = dataclasses.replace(learnable, train_records=1281167, eval_records=50000, num_classes=1000)
@@ -711,8 +713,8 @@ def test_division_is_open_for_data_with_bounding_boxes(learnable):
 def test_convert_imagenet_devkit_ground_truth(tmp_path, source):
     raw = tmp_path / "raw"
     truth = _make_raw_imagenet(raw, val_labels=source)
-    info = data.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=3, eval_shards=2,
-                                 progress=False)
+    info = prepare.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=3, eval_shards=2,
+                                    progress=False)
     labels = {wnid: i for i, wnid in enumerate(sorted(WNIDS), start=1)}
     found = {e["image/filename"].bytes_list.value[0].decode(): e["image/class/label"].int64_list.value[0]
              for e in _all_examples(info.eval_files)}
@@ -724,21 +726,21 @@ def test_devkit_numbers_without_meta_mat_are_refused_for_full_imagenet(tmp_path)
     truth_path.write_text("490\n")
     synsets = [f"n{i:08d}" for i in range(1000)]
     with pytest.raises(data.DataError, match="meta.mat"):
-        data._devkit_mapping(str(truth_path), synsets)
+        prepare._devkit_mapping(str(truth_path), synsets)
     _write_meta_mat(tmp_path / "meta.mat", {"n00000007": 490})
-    assert data._devkit_mapping(str(truth_path), synsets)("490") == "n00000007"
+    assert prepare._devkit_mapping(str(truth_path), synsets)("490") == "n00000007"
 
 
 def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(data, "_write_metadata", crash)
+    monkeypatch.setattr(prepare, "_write_metadata", crash)
     with pytest.raises(KeyboardInterrupt):
-        data.write_learnable_dataset(tmp_path / "ds", num_classes=2, train_per_class=2, eval_per_class=1,
-                                     image_size=16, train_shards=1, eval_shards=1)
+        prepare.write_learnable_dataset(tmp_path / "ds", num_classes=2, train_per_class=2, eval_per_class=1,
+                                        image_size=16, train_shards=1, eval_shards=1)
     with pytest.raises(KeyboardInterrupt):
-        data.convert_imagenet(str(_make_raw(tmp_path)), str(tmp_path / "conv"), 1, 1, progress=False)
+        prepare.convert_imagenet(str(_make_raw(tmp_path)), str(tmp_path / "conv"), 1, 1, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["raw"]
 
 
@@ -749,28 +751,31 @@ def _make_raw(tmp_path):
 
 def test_convert_imagenet_errors(tmp_path):
     with pytest.raises(data.DataError, match="raw ImageNet directory not found"):
-        data.convert_imagenet(str(tmp_path / "nothing"), str(tmp_path / "out"), progress=False)
+        prepare.convert_imagenet(str(tmp_path / "nothing"), str(tmp_path / "out"), progress=False)
     (tmp_path / "raw").mkdir()
     with pytest.raises(data.DataError, match="training folder not found: .*raw/train"):
-        data.convert_imagenet(str(tmp_path / "raw"), str(tmp_path / "out"), progress=False)
+        prepare.convert_imagenet(str(tmp_path / "raw"), str(tmp_path / "out"), progress=False)
     (tmp_path / "raw" / "train" / "n01000001").mkdir(parents=True)
     with pytest.raises(data.DataError, match="no training images"):
-        data.convert_imagenet(str(tmp_path / "raw"), str(tmp_path / "out"), progress=False)
+        prepare.convert_imagenet(str(tmp_path / "raw"), str(tmp_path / "out"), progress=False)
 
     raw = tmp_path / "raw2"
     _make_raw_imagenet(raw)
     csv = raw / "LOC_val_solution.csv"
     csv.write_text("".join(line + "\n" for line in csv.read_text().splitlines() if "00000003" not in line))
     with pytest.raises(data.DataError, match="no label for validation image .*ILSVRC2012_val_00000003.JPEG"):
-        data.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=1, eval_shards=1, progress=False)
+        prepare.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=1, eval_shards=1,
+                                 progress=False)
     csv.unlink()
     with pytest.raises(data.DataError, match="no validation labels"):
-        data.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=1, eval_shards=1, progress=False)
+        prepare.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=1, eval_shards=1,
+                                 progress=False)
     (raw / "train" / "n01000001" / "n01000001_0.JPEG").write_bytes(b"broken")
     (raw / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "".join(
         f"ILSVRC2012_val_0000000{i},n01000001 1 1 2 2\n" for i in (1, 2, 3)))
     with pytest.raises(data.DataError, match="cannot read image .*n01000001_0.JPEG"):
-        data.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=1, eval_shards=1, progress=False)
+        prepare.convert_imagenet(str(raw), str(tmp_path / "out"), train_shards=1, eval_shards=1,
+                                 progress=False)
     # Failed conversions leave no output behind.
     assert not (tmp_path / "out").exists()
     assert not [name for name in os.listdir(tmp_path) if "partial" in name]
@@ -781,10 +786,10 @@ def test_convert_imagenet_errors(tmp_path):
 
 
 def test_check_small_dataset_passes_and_full_imagenet_check_fails(learnable):
-    assert data.check_imagenet(learnable.data_dir, expect_full_imagenet=False, sample_records=20,
-                               progress=False) == []
-    problems = data.check_imagenet(learnable.data_dir, expect_full_imagenet=True, sample_records=5,
-                                   progress=False)
+    assert prepare.check_imagenet(learnable.data_dir, expect_full_imagenet=False, sample_records=20,
+                                  progress=False) == []
+    problems = prepare.check_imagenet(learnable.data_dir, expect_full_imagenet=True, sample_records=5,
+                                      progress=False)
     text = "\n".join(problems)
     assert "expected 1024" in text and "expected 128" in text
     assert "expects 1281167" in text and "expects 50000" in text
@@ -797,11 +802,11 @@ def test_check_reports_damaged_files(copy_of):
     victim = os.path.join(copy_of, "train-00002-of-00003")
     with open(victim, "r+b") as f:
         f.truncate(100)
-    good = data._example(_jpeg(np.zeros((8, 8, 3))), 9, "n9", "x.JPEG", 8, 8)
-    png = data._example(_jpeg(np.zeros((8, 8, 3)), fmt="PNG"), 1, "n1", "y.JPEG", 8, 8)
+    good = prepare._example(_jpeg(np.zeros((8, 8, 3))), 9, "n9", "x.JPEG", 8, 8)
+    png = prepare._example(_jpeg(np.zeros((8, 8, 3)), fmt="PNG"), 1, "n1", "y.JPEG", 8, 8)
     _write_records(copy_of, {"validation-00001-of-00003": [good, png]})
     os.remove(os.path.join(copy_of, "validation-00002-of-00003"))
-    problems = data.check_imagenet(copy_of, expect_full_imagenet=False, sample_records=100, progress=False)
+    problems = prepare.check_imagenet(copy_of, expect_full_imagenet=False, sample_records=100, progress=False)
     text = "\n".join(problems)
     assert f"{victim}: unreadable" in text
     assert "validation-00001-of-00003: labels outside 1..3: 9" in text
@@ -809,7 +814,7 @@ def test_check_reports_damaged_files(copy_of):
     assert "missing shards validation-00002-of-00003" in text
     assert "expects 24" in text
     with pytest.raises(data.DataError, match="data directory not found"):
-        data.check_imagenet(os.path.join(copy_of, "nope"), progress=False)
+        prepare.check_imagenet(os.path.join(copy_of, "nope"), progress=False)
 
 
 # ---------------------------------------------------------------------------------------------------------

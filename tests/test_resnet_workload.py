@@ -8,8 +8,9 @@ import pytest
 import tensorflow as tf
 
 from models.resnet50.model import build_resnet50
-from models.resnet50.workload import PRESETS, ResNetConfig, _loss_fn, division
-from suite.config import resolve
+from models.resnet50.presets import PRESETS, ResNetConfig
+from models.resnet50.workload import _loss_fn, division
+from suite.common.config import resolve
 
 IMAGENET = SimpleNamespace(train_records=1_281_167, eval_records=50_000, bounding_boxes=False)
 CLOSED = "closed_8xA100_gbs3264"

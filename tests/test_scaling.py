@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from conftest import run
-from suite import scaling
-from suite.scaling import Scenario, beside_measured, project, ring_allreduce_seconds
+from suite.cluster import scaling
+from suite.cluster.scaling import Scenario, beside_measured, project, ring_allreduce_seconds
 
 RESNET_FP32 = scaling.gradient_bytes(scaling.RESNET50_PARAMS)
 RESNET_FP16 = scaling.gradient_bytes(scaling.RESNET50_PARAMS, fp16=True)
@@ -149,7 +149,8 @@ def test_cli_prints_the_projection(tmp_path):
     measured = tmp_path / "measured.json"
     measured.write_text(json.dumps([{"gpus": 8, "samples_per_second": 18000}]))
     out = tmp_path / "projection.json"
-    result = run([sys.executable, "-m", "suite.scaling", "--model", "resnet50", "--per-gpu-throughput",
+    result = run([sys.executable, "-m", "suite.cluster.scaling", "--model", "resnet50",
+                  "--per-gpu-throughput",
                   "2400", "--per-gpu-batch", "256", "--busbw", "185", "--nvlink-busbw", "235", "--overlap",
                   "0.5", "--gpus", "8", "16", "32", "--fp16-gradients", "--measured", str(measured),
                   "--json", str(out)], timeout=60)
@@ -165,7 +166,7 @@ def test_cli_prints_the_projection(tmp_path):
                                            (["--model", "vgg"], "--model"), (["--busbw", "fast"], "--busbw")])
 def test_cli_bad_input_is_one_line(args, culprit):
     base = ["--per-gpu-throughput", "2400", "--per-gpu-batch", "256", "--busbw", "185"]
-    result = run([sys.executable, "-m", "suite.scaling", *base, *args], timeout=60)
+    result = run([sys.executable, "-m", "suite.cluster.scaling", *base, *args], timeout=60)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and culprit in lines[0], result.stderr

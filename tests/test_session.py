@@ -1,8 +1,8 @@
 """The error path of a run: one line for the user, the traceback kept for a bug, the log closed."""
 import json
 
-from suite import session
-from suite.mlperf import MLPerfLog
+from suite.train import session
+from suite.train.mlperf import MLPerfLog
 
 
 def _state(tmp_path, started):
@@ -44,7 +44,7 @@ def test_bad_input_is_one_line_without_a_traceback_file(tmp_path, capsys):
 
 def test_a_resumed_run_is_open_division_and_says_why():
     from types import SimpleNamespace
-    from suite.workload import Division
+    from suite.common.workload import Division
     resumed = session.division_of_run(Division("closed"), SimpleNamespace(resume_from="runs/a/checkpoints"))
     assert resumed.name == "open"
     assert resumed.reasons == ("resumed from runs/a/checkpoints (closed: one uninterrupted run)",)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import TINY, read_log, run
-from suite.session import cleared_on_every_host
+from suite.train.session import cleared_on_every_host
 
 OLD_ATIME = 1_000_000_000  # 2001: older than any mtime, so the first read after it moves the atime
 ROOT_DELAY_SECONDS = 3  # per file: config.json and env.json before run_start

@@ -1,4 +1,4 @@
-"""suite.sweep: dry runs per scale, bad input one by one, a localhost sweep checked by MLPerf's own tools."""
+"""suite.cluster.sweep: dry runs per scale, bad input one by one, a local sweep through MLPerf's tools."""
 import argparse
 import json
 import os
@@ -12,7 +12,8 @@ import pytest
 
 from conftest import REPO, read_json, run, subprocess_env
 from test_launch_cli import OCI_ENV, node_hostfile
-from suite import hostfile, profiles, sweep
+from suite.cluster import hostfile, sweep
+from suite.common import profiles
 
 OCI = ["--profile", "oci-bm-gpu-gm4-8", "--env", "OMPI_MCA_btl_tcp_if_include=eth0"]
 CLOSED = "8=closed_8xA100_gbs3264,16=closed_16xA100_gbs3264,32=closed_32xA100_gbs3264"
@@ -24,7 +25,7 @@ ENV_LINE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def sweep_cli(*args, timeout=60):
-    return run([sys.executable, "-m", "suite.sweep", *args], timeout=timeout)
+    return run([sys.executable, "-m", "suite.cluster.sweep", *args], timeout=timeout)
 
 
 def dry_run(*args):
@@ -88,7 +89,7 @@ def test_dry_run_for_1_2_4_nodes_under_the_oci_profile(tmp_path):
         assert f"preset closed_{np}xA100_gbs3264, 5 runs" in header
         allreduce, runs = commands[0], commands[1:]
         assert len(runs) == 5
-        assert allreduce[allreduce.index("-m") + 1] == "suite.allreduce"
+        assert allreduce[allreduce.index("-m") + 1] == "suite.train.allreduce"
         # The launcher hands the allreduce benchmark its profile, for the expected bus bandwidth.
         assert flag(allreduce, "--profile") == profiles.load("oci-bm-gpu-gm4-8").path
         for command in commands:
@@ -211,7 +212,7 @@ def test_hosts_used_fill_slots_in_order():
 
 def test_system_description_passes_the_checker(tmp_path):
     from mlperf_logging.system_desc_checker import system_desc_checker
-    from suite.results import RunLog
+    from suite.cluster.results import RunLog
     args, passthrough, model = sweep.parse(["--out", str(tmp_path / "o"), *LOCAL, *MODEL])
     plan = sweep.plan_sweep(args, passthrough, model)
     logs = [RunLog("x", "resnet", "open", "aborted", 0, 60000)]
@@ -298,7 +299,7 @@ def test_package_checker_accepts_the_open_submission(swept, tmp_path):
 
 @pytest.mark.slow
 def test_result_summarizer_scores_every_system(swept, tmp_path):
-    from suite import results
+    from suite.cluster import results
     # It prints a header and writes its table as CSV and JSON (without --csv: summary.json in its
     # working directory, hence the cwd).
     summarize = [sys.executable, "-m", "mlperf_logging.result_summarizer", str(swept.out / SUBMITTER),
@@ -322,7 +323,7 @@ def test_result_summarizer_scores_every_system(swept, tmp_path):
 @pytest.mark.slow
 def test_report_of_the_sweep(swept):
     from PIL import Image
-    result = run([sys.executable, "-m", "suite.report", str(swept.out)], timeout=300)
+    result = run([sys.executable, "-m", "suite.cluster.report", str(swept.out)], timeout=300)
     assert result.returncode == 0, result.stderr
     report = swept.out / "report"
     for png in report.glob("*.png"):

@@ -2,7 +2,7 @@
 import sys
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
-from suite.runner import main as run_main
+from suite.train.runner import main as run_main
 
 
 def main(argv=None):

@@ -12,10 +12,10 @@ def main(argv=None) -> int:
     if args.name == "check" and not (args.data_dir or args.checkpoint_dir):
         parser.error("check needs --data-dir, --checkpoint-dir or both")
     # Imported here so --help and usage errors do not wait for TensorFlow.
-    from models.bert import data
+    from models.bert import data, prepare
 
     try:
-        return args.command(args, data)
+        return args.command(args, data, prepare)
     except (data.DataError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -64,8 +64,8 @@ def _positive(text):
     return value
 
 
-def _generate(args, data):
-    info = data.write_learnable_dataset(
+def _generate(args, data, prepare):
+    info = prepare.write_learnable_dataset(
         args.out_dir, vocab_size=args.vocab_size, seq_length=args.seq_length,
         max_predictions=args.max_predictions, train_records=args.train_records,
         eval_records=args.eval_records, train_shards=args.train_shards, eval_shards=args.eval_shards,
@@ -81,17 +81,17 @@ def _generate(args, data):
     return 0
 
 
-def _check(args, data):
+def _check(args, data, prepare):
     notes, problems, new_metadata = [], [], {}
     if args.data_dir:
-        problems += data.check_mlperf_dataset(args.data_dir, sample_records=args.sample, notes=notes,
-                                              new_metadata=new_metadata)
+        problems += prepare.check_mlperf_dataset(args.data_dir, sample_records=args.sample, notes=notes,
+                                                 new_metadata=new_metadata)
     if args.checkpoint_dir:
-        problems += data.check_checkpoint_dir(args.checkpoint_dir, verify_md5=not args.skip_md5)
+        problems += prepare.check_checkpoint_dir(args.checkpoint_dir, verify_md5=not args.skip_md5)
     info = None
     if args.data_dir and not problems:
         info = data.dataset_info(args.data_dir, metadata=new_metadata or None)
-        problems += _cross_problems(args, data, info)
+        problems += _cross_problems(args, data, prepare, info)
     for note in notes:
         print(note)
     if problems:
@@ -100,14 +100,14 @@ def _check(args, data):
         return 1
     if new_metadata:
         # Runs describe their data from this file alone: MLPerf's clock starts before the records are read.
-        path = data.write_metadata(args.data_dir, new_metadata)
+        path = prepare.write_metadata(args.data_dir, new_metadata)
         print(f"wrote {path}: runs take the data's lengths and counts from it and read no record before "
               f"run_start")
     print(_summary(args, info))
     return 0
 
 
-def _cross_problems(args, data, info):
+def _cross_problems(args, data, prepare, info):
     """The data's token ids against the vocabulary of the checkpoint (or of the generated bert_config)."""
     config_path = (os.path.join(args.checkpoint_dir, data.CONFIG_FILE) if args.checkpoint_dir
                    else info.bert_config_file)
@@ -121,7 +121,7 @@ def _cross_problems(args, data, info):
         return [str(err)]
     # The run compares the vocabulary with dataset.json only; the sampled records say which record is out.
     problems = [data.vocabulary_problem(info, vocab_size)
-                or data.token_id_problem(info, vocab_size, sample=args.sample)]
+                or prepare.token_id_problem(info, vocab_size, sample=args.sample)]
     if info.vocab_file and not args.checkpoint_dir:
         problems.append(data.vocab_problem(info.vocab_file, vocab_size))
     return [problem for problem in problems if problem]

@@ -9,10 +9,10 @@ def main(argv=None) -> int:
     """Runs one subcommand; returns 0 on success, 1 when `check` finds problems, 2 on bad input."""
     args = _parser().parse_args(argv)
     # Imported here so --help and usage errors do not wait for TensorFlow.
-    from models.resnet50 import data
+    from models.resnet50 import data, prepare
 
     try:
-        return args.command(args, data)
+        return args.command(args, data, prepare)
     except (data.DataError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -66,8 +66,8 @@ def _positive(text):
     return value
 
 
-def _generate(args, data):
-    info = data.write_learnable_dataset(
+def _generate(args, data, prepare):
+    info = prepare.write_learnable_dataset(
         args.out_dir, num_classes=args.classes, train_per_class=args.train_per_class,
         eval_per_class=args.eval_per_class, image_size=args.image_size, train_shards=args.train_shards,
         eval_shards=args.eval_shards, seed=args.seed)
@@ -76,23 +76,23 @@ def _generate(args, data):
     return 0
 
 
-def _convert(args, data):
-    info = data.convert_imagenet(args.raw_dir, args.out_dir, train_shards=args.train_shards,
-                                 eval_shards=args.eval_shards, num_workers=args.workers,
-                                 progress=sys.stderr.isatty(), bounding_boxes=args.bounding_boxes)
+def _convert(args, data, prepare):
+    info = prepare.convert_imagenet(args.raw_dir, args.out_dir, train_shards=args.train_shards,
+                                    eval_shards=args.eval_shards, num_workers=args.workers,
+                                    progress=sys.stderr.isatty(), bounding_boxes=args.bounding_boxes)
     print(f"wrote {info.train_records} training and {info.eval_records} validation records "
           f"({info.num_classes} classes) to {os.path.abspath(args.out_dir)}")
     return 0
 
 
-def _check(args, data):
-    check = data.check_dataset(args.data_dir, expect_full_imagenet=not args.small,
-                               sample_records=args.sample, progress=sys.stderr.isatty())
+def _check(args, data, prepare):
+    check = prepare.check_dataset(args.data_dir, expect_full_imagenet=not args.small,
+                                  sample_records=args.sample, progress=sys.stderr.isatty())
     if check.problems:
         for problem in check.problems:
             print(problem)
         return 1
-    added = data.write_checked_metadata(check)
+    added = prepare.write_checked_metadata(check)
     path = os.path.join(args.data_dir, data.METADATA_FILE)
     if added and check.metadata is None:
         print(f"wrote {path} with the counts found")

@@ -9,9 +9,10 @@ import sys
 
 import suite  # noqa: F401
 
-from models.resnet50.workload import PRESETS, ResNetConfig, build_job
-from suite import dist, loop
-from suite.config import resolve
+from models.resnet50.presets import PRESETS, ResNetConfig
+from models.resnet50.workload import build_job
+from suite.train import dist, loop
+from suite.common.config import resolve
 
 
 def main(data_dir, eval_batch, weights, out_path):

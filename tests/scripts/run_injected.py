@@ -27,7 +27,7 @@ def rank_from_launcher():
 
 
 def slow_root_writes(seconds):
-    from suite import rundir
+    from suite.train import rundir
     write_json = rundir.write_json
 
     def slow(path, data):
@@ -37,13 +37,13 @@ def slow_root_writes(seconds):
 
 
 def failing_cache_clear():
-    from suite import session
+    from suite.train import session
     session._clear_page_cache = lambda: False
 
 
 def probe_dropout():
     import tensorflow as tf
-    from suite import loop, session
+    from suite.train import loop, session
 
     def digest(outputs):
         hashed = hashlib.sha256()

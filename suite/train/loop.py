@@ -9,9 +9,9 @@ import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 import numpy as np
 import tensorflow as tf
 
-from suite import dist
-from suite.checkpoints import TrainingCheckpoints, blocks_after
-from suite.mlperf import ABORTED, SUCCESS
+from suite.train import dist
+from suite.train.checkpoints import TrainingCheckpoints, blocks_after
+from suite.train.mlperf import ABORTED, SUCCESS
 
 
 def make_train_step(job, fp16_allreduce=False, xla=False):

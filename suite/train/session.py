@@ -8,11 +8,11 @@ import traceback
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
-from suite import dist, rundir
-from suite.config import to_dict
-from suite.loop import train
-from suite.mlperf import ABORTED, MLPerfLog
-from suite.workload import Division
+from suite.common.config import to_dict
+from suite.common.workload import Division
+from suite.train import dist, rundir
+from suite.train.loop import train
+from suite.train.mlperf import ABORTED, MLPerfLog
 
 # Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts, a
 # missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.

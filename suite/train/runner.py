@@ -4,7 +4,7 @@ import json
 import os
 import sys
 
-from suite.config import ConfigError, describe_fields, resolve, to_dict
+from suite.common.config import ConfigError, describe_fields, resolve, to_dict
 
 
 def env_rank():
@@ -55,7 +55,7 @@ def main(spec, argv=None):
         if rank == 0:
             print(json.dumps(to_dict(config), indent=2, sort_keys=True))
         return 0
-    from suite.session import run
+    from suite.train.session import run
     return run(spec, config, args.preset, args.run_dir)
 
 

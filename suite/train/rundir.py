@@ -1,12 +1,10 @@
 """The run directory: the MLPerf log and, beside it, everything the run decided (config, versions, hosts)."""
-import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
-LOG_NAME = "result_0.txt"
+from suite.common.files import LOG_NAME, git_revision, write_json  # noqa: F401  (write_json: for callers)
 
 
 class RunDirError(RuntimeError):
@@ -40,27 +38,6 @@ def prepare(path):
     except OSError as err:
         raise RunDirError(f"cannot create run directory {path}: {err.strerror}") from None
     return log_path
-
-
-def write_json(path, data):
-    """Writes atomically (temp file, then rename) so a crash never leaves half a file."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
-
-
-def git_revision():
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        rev = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def versions():

@@ -1,0 +1,330 @@
+"""`python -m suite.cluster.launch`: one command from a hostfile, a process count and a cluster profile."""
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from suite.cluster import hostfile
+from suite.cluster.hostfile import Host, HostfileError
+from suite.common import files, profiles
+from suite.common.profiles import ProfileError
+
+LAUNCHERS = ("horovodrun", "mpirun", "srun")
+# Modules that compare what they measure with the profile (suite.train.allreduce: its expected bus
+# bandwidth); the launcher hands them its own profile so the user need not name it twice.
+PROFILE_AWARE = ("suite.train.allreduce", "suite.allreduce")
+# What remote ranks under plain mpirun need from this shell: a non-interactive SSH login gives
+# them the node's default environment, not this one (horovodrun forwards everything itself).
+PASS_THROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
+
+
+class LaunchError(ValueError):
+    """Flags that do not add up to a launch; the message is one line."""
+
+
+@dataclass
+class Plan:
+    """Everything the launch decided: the command, the variables it sets, and where from."""
+
+    launcher: str
+    command: list
+    env: dict
+    np: int
+    hosts: list
+    profile: profiles.Profile
+    notes: list = field(default_factory=list)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m suite.cluster.launch",
+        usage="python -m suite.cluster.launch [--hostfile FILE] [-np N] --profile NAME|FILE [options] "
+              "-- MODULE [model args]",
+        description="Validates a hostfile, a process count and a cluster profile, then runs "
+                    "`python -m MODULE [model args]` under horovodrun, mpirun or srun with the profile's "
+                    "NCCL/UCX/Open MPI environment and Horovod tuning.",
+        epilog="Profiles: " + ", ".join(profiles.available()) + " (or a path to a .yaml file).\n"
+               "Example: python -m suite.cluster.launch --hostfile hostfiles/2node -np 16 "
+               "--profile oci-bm-gpu-gm4-8 "
+               "--dry-run -- models.resnet50 --preset closed_16xA100_gbs3264 --data-dir /data/imagenet",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_argument_group("where")
+    where.add_argument("--hostfile",
+                       help="hosts in Horovod's '<host> slots=<N>' format ('#' comments allowed)")
+    where.add_argument("-np", "--np", type=int, dest="np", help="number of processes (default: all slots)")
+    where.add_argument("--skip-host-check", action="store_true",
+                       help="do not resolve the host names here (for names that resolve only on the nodes)")
+    where.add_argument("--nodes", type=int, help="srun without a hostfile: number of nodes")
+    where.add_argument("--ntasks-per-node", type=int, help="srun without a hostfile: processes per node")
+    how = parser.add_argument_group("how")
+    how.add_argument("--profile", help="cluster profile name or YAML file")
+    how.add_argument("--launcher", choices=LAUNCHERS, default="horovodrun", help="default: horovodrun")
+    how.add_argument("--controller", choices=("gloo", "mpi"),
+                     help="horovodrun only: Horovod controller (default: horovodrun's, MPI when built in)")
+    how.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                     help="set or override one variable of the profile's env; repeatable")
+    how.add_argument("--launcher-args", default="", metavar="'ARGS'",
+                     help="extra arguments for the launcher itself, one shell-quoted string")
+    how.add_argument("--python", default=sys.executable,
+                     help="interpreter on every node (default: this one; nodes share the same paths)")
+    tuning = parser.add_argument_group("Horovod tuning (overrides the profile)")
+    tuning.add_argument("--fusion-threshold-mb", type=int, help="HOROVOD_FUSION_THRESHOLD, in MiB")
+    tuning.add_argument("--cycle-time-ms", type=float, help="HOROVOD_CYCLE_TIME, in ms")
+    tuning.add_argument("--hierarchical-allreduce", action=argparse.BooleanOptionalAction, default=None,
+                        help="HOROVOD_HIERARCHICAL_ALLREDUCE")
+    tuning.add_argument("--timeline", metavar="FILE", help="HOROVOD_TIMELINE: rank 0 writes a Chrome trace")
+    out = parser.add_argument_group("output")
+    out.add_argument("--dry-run", action="store_true",
+                     help="print the command (one line) and the variables it sets (KEY=VALUE), then exit")
+    out.add_argument("--record", metavar="DIR", help="write DIR/launch.json: command, env, profile, hosts")
+    return parser
+
+
+def split_argv(argv):
+    """Launcher flags before `--`, the model command after it."""
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def plan_launch(args, model):
+    """Validates everything and builds the command and environment, without running anything."""
+    if not model:
+        raise LaunchError("no model given; end the flags with -- MODULE [model args], "
+                          "e.g. -- models.resnet50")
+    if "--dry-run" in model:
+        # After `--` it would go to the model, and the job would really start.
+        raise LaunchError("--dry-run belongs before the --, with the launcher's flags")
+    if not args.profile:
+        raise LaunchError(f"choose a cluster profile with --profile: {', '.join(profiles.available())}")
+    profile = profiles.load(args.profile)
+    hosts, source = _hosts(args)
+    np = args.np if args.np is not None else hostfile.total_slots(hosts)
+    hostfile.validate(hosts, np, source, check_names=args.hostfile is not None and not args.skip_host_check)
+    _check_gpus(hosts, profile)
+    env = {**profile.env, **_env_overrides(args.env)}
+    _check_placeholders(profile, env)
+    env.update(tuning_env(profile.horovod, args))
+    plan = Plan(args.launcher, [], env, np, hosts, profile)
+    worker = worker_command(args.python, with_profile(model, profile))
+    builders = {"horovodrun": _horovodrun, "mpirun": _mpirun, "srun": _srun}
+    plan.command = builders[args.launcher](plan, args, worker)
+    return plan
+
+
+def _hosts(args):
+    if args.hostfile:
+        if args.nodes or args.ntasks_per_node:
+            raise LaunchError("give either --hostfile or --nodes/--ntasks-per-node, not both")
+        return hostfile.parse(args.hostfile), args.hostfile
+    if args.launcher != "srun":
+        raise LaunchError(f"{args.launcher} needs --hostfile (only srun can take its hosts from Slurm)")
+    if not args.nodes or not args.ntasks_per_node:
+        raise LaunchError("srun without --hostfile needs --nodes and --ntasks-per-node")
+    if args.nodes <= 0 or args.ntasks_per_node <= 0:
+        raise LaunchError("--nodes and --ntasks-per-node must be positive")
+    # Slurm picks the nodes; they stay unnamed here.
+    return [Host(f"slurm-node-{i}", args.ntasks_per_node) for i in range(args.nodes)], "the Slurm allocation"
+
+
+def _check_gpus(hosts, profile):
+    """One GPU per rank: a host with more slots than the profile's GPUs would fail at start-up."""
+    if profile.gpus_per_node <= 0:
+        return
+    for host in hosts:
+        if host.slots > profile.gpus_per_node:
+            raise LaunchError(f"host {host.name} has {host.slots} slots but profile {profile.name} has "
+                              f"{profile.gpus_per_node} GPUs a node; lower its slots")
+
+
+def _env_overrides(items):
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not profiles.ENV_NAME.match(key):
+            raise LaunchError(f"--env {item}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _check_placeholders(profile, env):
+    for key, value in sorted(env.items()):
+        if profiles.PLACEHOLDER in value:
+            raise LaunchError(f"profile {profile.name} ({profile.path}): {key} is a placeholder ({value}); "
+                              f"edit the profile or pass --env {key}=<value>")
+
+
+def tuning_env(horovod, args):
+    """Horovod's variables from the profile's tuning, each overridden by its flag when given."""
+    fusion = _pick(args.fusion_threshold_mb, horovod.fusion_threshold_mb)
+    cycle = _pick(args.cycle_time_ms, horovod.cycle_time_ms)
+    hierarchical = _pick(args.hierarchical_allreduce, horovod.hierarchical_allreduce)
+    timeline = args.timeline or (_default_timeline(args) if horovod.timeline else None)
+    if fusion is not None and fusion < 0 or cycle is not None and cycle <= 0:
+        raise LaunchError("--fusion-threshold-mb must be >= 0 and --cycle-time-ms > 0")
+    env = {}
+    # The same conversions horovodrun applies to its own flags (config_parser.set_env_from_args).
+    if fusion is not None:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(fusion * 1024 * 1024)
+    if cycle is not None:
+        env["HOROVOD_CYCLE_TIME"] = str(float(cycle))
+    if hierarchical is not None:
+        env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1" if hierarchical else "0"
+    if timeline:
+        env["HOROVOD_TIMELINE"] = os.path.abspath(timeline)
+    return env
+
+
+def _pick(flag, profile_value):
+    return profile_value if flag is None else flag
+
+
+def _default_timeline(args):
+    # Absolute, so rank 0 writes it in the same place whatever its working directory.
+    return os.path.join(args.record or os.getcwd(), "horovod_timeline.json")
+
+
+def with_profile(model, profile):
+    """The model command, with --profile added for a profile-aware module that was not given one."""
+    given = any(arg == "--profile" or arg.startswith("--profile=") for arg in model[1:])
+    if model[0] in PROFILE_AWARE and not given:
+        return [*model, "--profile", profile.path]
+    return model
+
+
+def worker_command(python, model):
+    """What every rank runs: `python -m MODULE args`, or `python script.py args`."""
+    target, rest = model[0], model[1:]
+    return [python, target, *rest] if target.endswith(".py") else [python, "-m", target, *rest]
+
+
+def _horovodrun(plan, args, worker):
+    command = ["horovodrun", "-np", str(plan.np), "-H", hostfile.host_list(plan.hosts)]
+    if args.controller:
+        command.append(f"--{args.controller}")
+    if plan.profile.mpi_args:
+        if args.controller == "gloo":
+            plan.notes.append("the profile's mpi_args do not apply under --controller gloo")
+        else:
+            # horovodrun wants the `=` form: its value starts with a dash.
+            command.append("--mpi-args=" + shlex.join(plan.profile.mpi_args))
+    command += _horovodrun_tuning(plan.env)
+    return command + shlex.split(args.launcher_args) + worker
+
+
+def _horovodrun_tuning(env):
+    """horovodrun's own flags for the tuning; it turns them back into the same HOROVOD_* values."""
+    flags = []
+    if "HOROVOD_FUSION_THRESHOLD" in env:
+        flags += ["--fusion-threshold-mb", str(int(env["HOROVOD_FUSION_THRESHOLD"]) // (1024 * 1024))]
+    if "HOROVOD_CYCLE_TIME" in env:
+        flags += ["--cycle-time-ms", env["HOROVOD_CYCLE_TIME"]]
+    if "HOROVOD_HIERARCHICAL_ALLREDUCE" in env:
+        flags.append("--hierarchical-allreduce" if env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+                     else "--no-hierarchical-allreduce")
+    if "HOROVOD_TIMELINE" in env:
+        flags += ["--timeline-filename", env["HOROVOD_TIMELINE"]]
+    return flags
+
+
+def _mpirun(plan, args, worker):
+    _no_gloo(args)
+    command = ["mpirun"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    # No binding: each rank's input pipeline needs many cores (horovodrun does the same).
+    command += ["-np", str(plan.np), "-H", hostfile.host_list(plan.hosts), "--bind-to", "none",
+                "--map-by", "slot"]
+    exported = sorted(plan.env) + [key for key in PASS_THROUGH if key in os.environ and key not in plan.env]
+    for key in exported:
+        command += ["-x", key]
+    return command + list(plan.profile.mpi_args) + shlex.split(args.launcher_args) + worker
+
+
+def _srun(plan, args, worker):
+    _no_gloo(args)
+    slots = {host.slots for host in plan.hosts}
+    if len(slots) != 1:
+        raise LaunchError(f"srun runs the same number of tasks on every node; {args.hostfile} gives "
+                          f"slots {', '.join(str(s) for s in sorted(slots))}")
+    if plan.profile.mpi_args:
+        plan.notes.append("the profile's mpi_args do not apply under srun")
+    command = ["srun", "--mpi=pmix", "-N", str(len(plan.hosts)), f"--ntasks-per-node={slots.pop()}",
+               f"--ntasks={plan.np}", "--cpu-bind=none", "--export=ALL"]
+    if args.hostfile:
+        command.append("--nodelist=" + ",".join(host.name for host in plan.hosts))
+    return command + shlex.split(args.launcher_args) + worker
+
+
+def _no_gloo(args):
+    if args.controller == "gloo":
+        raise LaunchError(f"--controller gloo needs --launcher horovodrun; {args.launcher} starts MPI ranks")
+
+
+def record(plan, directory, dry_run, exit_code=None, seconds=None):
+    """DIR/launch.json, written atomically; rewritten with the exit code once the job ends."""
+    os.makedirs(directory, exist_ok=True)
+    files.write_json(os.path.join(directory, "launch.json"), {
+        "launcher": plan.launcher,
+        "command": plan.command,
+        "command_line": shlex.join(plan.command),
+        "env": plan.env,
+        "np": plan.np,
+        "hosts": [{"name": host.name, "slots": host.slots} for host in plan.hosts],
+        "profile": {"name": plan.profile.name, "version": plan.profile.version, "path": plan.profile.path},
+        "dry_run": dry_run,
+        "exit_code": exit_code,
+        "seconds": seconds,
+    })
+
+
+def run(plan):
+    """Runs the command with the profile's variables added to this environment; returns its exit code."""
+    if shutil.which(plan.command[0]) is None:
+        raise LaunchError(f"{plan.command[0]} not found on PATH")
+    process = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
+    while True:
+        try:
+            code = process.wait()
+            break
+        except KeyboardInterrupt:
+            # Ctrl-C reached the launcher's ranks too; wait for them to wind down.
+            continue
+    return 128 + -code if code < 0 else code
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, model = split_argv(argv)
+    args = build_parser().parse_args(own)
+    try:
+        plan = plan_launch(args, model)
+        for note in plan.notes:
+            print(f"note: {note}", file=sys.stderr)
+        if args.record:
+            record(plan, args.record, args.dry_run)
+        if args.dry_run:
+            print(shlex.join(plan.command))
+            for key in sorted(plan.env):
+                print(f"{key}={plan.env[key]}")
+            return 0
+        print(f"launch: {shlex.join(plan.command)}", file=sys.stderr, flush=True)
+        started = time.time()
+        code = run(plan)
+    except (HostfileError, ProfileError, LaunchError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.record:
+        record(plan, args.record, False, code, round(time.time() - started, 1))
+    return code
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--dry-run | head` ends quietly
+    sys.exit(main())

@@ -1,0 +1,653 @@
+"""`python -m suite.cluster.report SWEEP`: time to train, throughput, scaling, stragglers, allreduce."""
+import argparse
+import base64
+import html
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+from suite.cluster import results, scaling
+from suite.cluster.results import LogError
+
+MANIFEST = "sweep.json"
+REPORT_FILES = ("report.md", "report.html", "time_to_train.png", "throughput.png", "scaling.png",
+                "stragglers.png", "allreduce.png")
+# The model whose gradient size the projection uses, by MLPerf benchmark name.
+PROJECTION_MODEL = {"resnet": "resnet50", "bert": "bert-large"}
+
+OCI_BLOG = ("Oracle Cloud Infrastructure blog, \"MLPerf benchmark: multi-node ML training on OCI\" "
+            "(blogs.oracle.com/cloud-infrastructure/mlperf-benchmark-multi-node-ml-training-on-oci), "
+            "4x BM.GPU.GM4.8; the blog shows these times in a graph only: the values are as quoted in "
+            "issue 4, not printed in the blog's text")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published time to train, never measured here."""
+
+    benchmark: str
+    system: str
+    gpus: int
+    nodes: int
+    minutes: float
+    source: str
+
+
+REFERENCES = (
+    Reference("resnet", "ResNet-50 v1.1 (MLPerf v1.1 rules), OCI BM.GPU.GM4.8, 8x A100-80GB, RoCE", 8, 1,
+              31.5, OCI_BLOG),
+    Reference("resnet", "ResNet-50 v1.1 (MLPerf v1.1 rules), 4x OCI BM.GPU.GM4.8, 32x A100-80GB, RoCE", 32, 4,
+              10.67, OCI_BLOG),
+    Reference("resnet", "MLPerf Training v1.1 closed, NVIDIA DGX A100 80GB (MXNet 21.09), 8 GPUs", 8, 1,
+              29.15,
+              "MLCommons training_results_v1.1, NVIDIA/results/dgxa100_ngc21.09_mxnet/resnet/result_*.txt: "
+              "olympic mean of run_stop - run_start (runs 28.90/29.13/29.15/29.15/29.16)"),
+    Reference("bert", "MLPerf Training v2.1 closed, NVIDIA dgxa100_ngc22.09_pytorch, 8x A100-80GB", 8, 1,
+              16.88,
+              "MLCommons training_results_v2.1, NVIDIA/results/dgxa100_ngc22.09_pytorch/bert/result_*.txt: "
+              "olympic mean of run_stop - run_start"),
+)
+
+
+class ReportError(ValueError):
+    """A sweep folder the report cannot use; the message is one line naming the file."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ReportError(message)
+
+
+# ---- reading the sweep ----
+
+@dataclass
+class Run:
+    index: int
+    log: results.RunLog
+    summary: dict = None
+    config: dict = None
+
+
+@dataclass
+class ScaleData:
+    system: str
+    np: int
+    nodes: int
+    preset: str
+    planned: int
+    ranks_per_node: int
+    runs: list = field(default_factory=list)
+    allreduce: dict = None
+
+
+@dataclass
+class SweepData:
+    folder: str
+    benchmark: str
+    submitter: str
+    profile: str
+    scales: list
+
+
+def load_sweep(folder):
+    """Everything the report shows, read and checked before anything is written."""
+    if not os.path.isdir(folder):
+        raise ReportError(f"sweep folder {folder} does not exist")
+    missing = f"{folder} holds no {MANIFEST}: not a sweep folder (python -m suite.cluster.sweep writes one)"
+    manifest = _json(os.path.join(folder, MANIFEST), missing=missing)
+    try:
+        plan = manifest["plan"]
+        data = SweepData(folder, plan["benchmark"], plan["submitter"], plan.get("profile", ""),
+                         [_scale(folder, plan, entry) for entry in plan["scales"]])
+    except (KeyError, TypeError) as err:
+        raise ReportError(f"{os.path.join(folder, MANIFEST)}: not a sweep manifest (missing {err})") from None
+    if not any(scale.runs for scale in data.scales):
+        raise ReportError(f"{os.path.join(folder, data.submitter, 'results')}: no result logs yet; run the "
+                          f"sweep first")
+    return data
+
+
+def _scale(folder, plan, entry):
+    hosts = entry["hosts"]
+    scale = ScaleData(system=entry["system"], np=entry["np"], nodes=entry["nodes"], preset=entry["preset"],
+                      planned=plan["runs"], ranks_per_node=min(entry["np"], hosts[0]["slots"]))
+    results_dir = os.path.join(folder, plan["submitter"], "results", scale.system, plan["benchmark"])
+    runs_dir = os.path.join(folder, "runs", scale.system)
+    paths = results.result_files(results_dir) if os.path.isdir(results_dir) else []
+    for path in paths:
+        index = int(os.path.basename(path)[len("result_"):-len(".txt")])
+        run_dir = os.path.join(runs_dir, f"run_{index}")
+        scale.runs.append(Run(index, results.read_run(path, plan["benchmark"]),
+                              summary=_json(os.path.join(run_dir, "summary.json")),
+                              config=_json(os.path.join(run_dir, "config.json"))))
+    scale.allreduce = _json(os.path.join(runs_dir, "allreduce.json"))
+    return scale
+
+
+def _json(path, missing=None):
+    """A JSON file's contents; None when absent (ReportError(missing) if given); an error if unreadable."""
+    if not os.path.exists(path):
+        if missing:
+            raise ReportError(missing)
+        return None
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as err:
+        raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    except OSError as err:
+        raise ReportError(f"{path}: {err.strerror}") from None
+
+
+# ---- figures ----
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def time_to_train(scale):
+    """Per-scale time-to-train figures from the logs (minutes)."""
+    minutes = [run.log.minutes for run in scale.runs]
+    converged = [run.log.converged for run in scale.runs]
+    return {
+        "runs": len(minutes), "planned": scale.planned, "converged": sum(converged),
+        "olympic": results.olympic_mean(minutes, converged),
+        "olympic_all": results.olympic_mean(minutes),
+        "min": min(minutes) if minutes else None, "max": max(minutes) if minutes else None,
+    }
+
+
+def throughput(scale):
+    """(total, per rank) samples/s: the median over runs of summary.json's figures."""
+    summaries = [run.summary for run in scale.runs if run.summary]
+    return (median([s.get("samples_per_second_total") for s in summaries]),
+            median([s.get("samples_per_second_per_rank") for s in summaries]))
+
+
+def scaling_rows(scales):
+    """Speed-up and efficiency against the smallest scale, from throughput and from the olympic means."""
+    base = min(scales, key=lambda s: s.np)
+    base_rate, _ = throughput(base)
+    base_ttt = time_to_train(base)["olympic"]
+    rows = []
+    for scale in sorted(scales, key=lambda s: s.np):
+        rate, per_rank = throughput(scale)
+        ttt = time_to_train(scale)["olympic"]
+        speedup = rate / base_rate if rate and base_rate else None
+        rows.append({"system": scale.system, "np": scale.np, "nodes": scale.nodes, "rate": rate,
+                     "per_rank": per_rank, "speedup": speedup,
+                     "efficiency": speedup * base.np / scale.np if speedup else None,
+                     "ttt_speedup": base_ttt / ttt if base_ttt and ttt else None})
+    return rows
+
+
+def stragglers(scale, threshold_pct):
+    """Per rank: p50/p90 (median over runs), max (over runs), host, and whether it lags the median rank."""
+    per_rank = {}
+    for run in scale.runs:
+        for rank in (run.summary or {}).get("ranks", []):
+            if "step_ms_p50" in rank:
+                per_rank.setdefault(rank["rank"], []).append(rank)
+    rows = []
+    for rank, entries in sorted(per_rank.items()):
+        rows.append({"rank": rank, "host": entries[0].get("host", ""), "runs": len(entries),
+                     "p50": median([e["step_ms_p50"] for e in entries]),
+                     "p90": median([e.get("step_ms_p90") for e in entries]),
+                     "max": max(e.get("step_ms_max", 0.0) for e in entries)})
+    middle = median([row["p50"] for row in rows])
+    for row in rows:
+        row["slower_pct"] = 100.0 * (row["p50"] / middle - 1.0) if middle else 0.0
+        row["straggler"] = row["slower_pct"] > threshold_pct
+    return rows
+
+
+def projection_rows(data):
+    """Projected (suite.cluster.scaling's ring model) beside measured throughput, or (None, why not)."""
+    model = PROJECTION_MODEL.get(data.benchmark)
+    measured = [s for s in data.scales if throughput(s)[0]]
+    if not model or not measured:
+        return None, f"no projection: no model size for {data.benchmark!r} or no measured throughput"
+    inter = _peak_busbw([s for s in data.scales if s.nodes > 1])
+    intra = _peak_busbw([s for s in data.scales if s.nodes == 1 and s.np > 1])
+    if not inter and not intra:
+        return None, ("no projection: this sweep has no allreduce measurement on more than one rank "
+                      "(python -m suite.cluster.sweep --allreduce)")
+    base = min(measured, key=lambda s: s.np)
+    fp16 = bool((base.runs[0].config or {}).get("config", {}).get("fp16_allreduce"))
+    batch = base.runs[0].summary.get("local_batch_size") if base.runs[0].summary else None
+    scenario = scaling.Scenario(
+        model=model, per_gpu_throughput=throughput(base)[1], per_gpu_batch=int(batch or 1),
+        gradient_bytes=scaling.gradient_bytes(scaling.MODEL_PARAMS[model], fp16),
+        busbw_gbps=inter or intra, nvlink_busbw_gbps=intra or inter,
+        gpus_per_node=max(s.ranks_per_node for s in data.scales), overlap=0.0)
+    rows = [{"gpus": s.np, "samples_per_second": run.summary["samples_per_second_total"]}
+            for s in measured for run in s.runs if run.summary]
+    projection = scaling.project(scenario, sorted({s.np for s in data.scales}))
+    return (scenario, scaling.beside_measured(projection, rows)), None
+
+
+def _peak_busbw(scales):
+    values = [s.allreduce.get("peak_busbw_gbps") for s in scales if s.allreduce]
+    values = [v for v in values if v]
+    return max(values) if values else None
+
+
+# ---- the document: blocks rendered as Markdown and as HTML ----
+
+def _fmt(value, spec):
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return format(value, spec)
+
+
+def build_document(data, threshold_pct, images):
+    """A list of blocks: ("h1"|"h2"|"p", text), ("table", header, rows), ("img", file, caption)."""
+    doc = [("h1", f"Scaling report: {data.benchmark}, {len(data.scales)} scale(s)"),
+           ("p", f"Sweep folder {os.path.abspath(data.folder)}; submitter {data.submitter}; cluster profile "
+                 f"{data.profile}. Every figure below is measured on this sweep unless its column or "
+                 f"row says projected or published.")]
+    doc += _ttt_section(data, images)
+    doc += _runs_section(data)
+    doc += _throughput_section(data, images)
+    doc += _straggler_section(data, threshold_pct, images)
+    doc += _allreduce_section(data, images)
+    doc += _projection_section(data)
+    doc += _reference_section(data)
+    return doc
+
+
+def _ttt_section(data, images):
+    header = ["system", "processes", "nodes", "preset", "runs", "converged",
+              "olympic mean (min, MLPerf: non-converged = ∞)",
+              "olympic mean of run times (min, status ignored)",
+              "fastest (min)", "slowest (min)"]
+    rows = []
+    for scale in data.scales:
+        t = time_to_train(scale)
+        runs = f"{t['runs']}" + ("" if t["runs"] == t["planned"] else f" of {t['planned']} planned")
+        rows.append([scale.system, str(scale.np), str(scale.nodes), scale.preset, runs,
+                     f"{t['converged']} of {t['runs']}",
+                     *(_fmt(t[key], ".4f") for key in ("olympic", "olympic_all", "min", "max"))])
+    return [("h2", "Time to train (measured)"),
+            ("p", "Time to train is run_stop − run_start in each MLPerf log, in minutes. The olympic mean "
+                  "drops the fastest and the slowest run and averages the rest. Under the MLPerf rules a "
+                  "run that does not reach the target counts as infinitely slow, so one such run is the one "
+                  "dropped and two or more leave the scale unscored (—). The next column is the same "
+                  "arithmetic over every run time whatever its status, which is what "
+                  "mlperf_logging.result_summarizer prints (it does not look at run_stop's status)."),
+            ("table", header, rows), *_image(images, "time_to_train.png", "Time to train per run and scale")]
+
+
+def _runs_section(data):
+    header = ["system", "run", "status", "run_start (ms)", "run_stop (ms)", "time to train (min)",
+              "last accuracy", "log"]
+    rows = []
+    for scale in data.scales:
+        for run in scale.runs:
+            accuracy = run.log.accuracies[-1][1] if run.log.accuracies else None
+            rows.append([scale.system, str(run.index), run.log.status, str(run.log.run_start_ms),
+                         str(run.log.run_stop_ms), f"{run.log.minutes:.4f}", _fmt(accuracy, ".4f"),
+                         os.path.relpath(run.log.path, data.folder)])
+    return [("h2", "Runs (measured, from the MLPerf logs)"), ("table", header, rows)]
+
+
+def _throughput_section(data, images):
+    header = ["system", "processes", "nodes", "throughput (samples/s, total)", "per rank (samples/s)",
+              "speed-up (throughput)", "scaling efficiency (throughput)", "speed-up (olympic time to train)"]
+    rows = [[r["system"], str(r["np"]), str(r["nodes"]), _fmt(r["rate"], ",.2f"), _fmt(r["per_rank"], ",.2f"),
+             _fmt(r["speedup"], ".3f"), _pct(r["efficiency"]), _fmt(r["ttt_speedup"], ".3f")]
+            for r in scaling_rows(data.scales)]
+    return [("h2", "Throughput and scaling (measured)"),
+            ("p", "Throughput is the median over runs of summary.json's training samples/s (steady state: "
+                  "the first timing interval, with tracing and warm-up, is left out; evaluation is not "
+                  "training time). Speed-up and efficiency are against the smallest scale; efficiency = "
+                  "speed-up × smallest processes / processes."),
+            ("table", header, rows), *_image(images, "throughput.png", "Throughput, total and per rank"),
+            *_image(images, "scaling.png", "Speed-up and efficiency: measured, ideal, projected, published")]
+
+
+def _straggler_section(data, threshold_pct, images):
+    blocks = [("h2", "Per-rank step time (measured): stragglers"),
+              ("p", f"Per rank, from summary.json: the median over runs of each run's p50 and p90 step time, "
+                    f"and the largest step over all runs. A rank whose p50 is more than {threshold_pct:g}% "
+                    f"above the median rank's p50 is flagged.")]
+    header = ["system", "rank", "host", "runs", "p50 (ms)", "p90 (ms)", "max (ms)", "vs median rank",
+              "straggler"]
+    rows = []
+    for scale in data.scales:
+        for row in stragglers(scale, threshold_pct):
+            rows.append([scale.system, str(row["rank"]), row["host"], str(row["runs"]),
+                         *(_fmt(row[key], ".1f") for key in ("p50", "p90", "max")),
+                         f"{row['slower_pct']:+.1f}%", "YES" if row["straggler"] else "no"])
+    return blocks + [("table", header, rows), *_image(images, "stragglers.png", "Per-rank step time")]
+
+
+def _allreduce_section(data, images):
+    measured = [s for s in data.scales if s.allreduce]
+    if not measured:
+        return [("h2", "Allreduce bandwidth"),
+                ("p", "Not measured in this sweep (python -m suite.cluster.sweep --allreduce runs it once "
+                      "a scale).")]
+    header = ["system", "ranks", "hosts", "size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)"]
+    rows = [[s.system, str(s.allreduce.get("world_size")), str(s.allreduce.get("hosts_count")),
+             _size(row["bytes"]), str(row["bytes"]), f"{row['time_us']:.1f}", f"{row['algbw_gbps']:.3f}",
+             f"{row['busbw_gbps']:.3f}"] for s in measured for row in s.allreduce.get("rows", [])]
+    verdicts = [f"{s.system}: peak busbw {s.allreduce.get('peak_busbw_gbps', 0):.3f} GB/s; "
+                f"{_verdict(s.allreduce)}" for s in measured]
+    return [("h2", "Allreduce bandwidth (measured)"),
+            ("p", "suite.train.allreduce on each scale's job: time is the median over iterations of the "
+                  "slowest "
+                  "rank; busbw = algbw × 2(n−1)/n (0 on one rank). " + " ".join(verdicts)),
+            ("table", header, rows), *_image(images, "allreduce.png", "Allreduce bus bandwidth per size")]
+
+
+def _verdict(record):
+    expectation = record.get("expectation")
+    if not expectation:
+        return record.get("expected_busbw_source") or "no expected bandwidth to compare with"
+    source = expectation.get("source") or "flag"
+    return f"expected {expectation.get('expected_busbw_gbps')} GB/s ({source}): {expectation.get('status')}"
+
+
+def _size(nbytes):
+    from suite.common.busbw import format_size
+    return format_size(nbytes)
+
+
+def _projection_section(data):
+    found, why = projection_rows(data)
+    if found is None:
+        return [("h2", "Projected beside measured"), ("p", why + ".")]
+    scenario, rows = found
+    header = ["processes", "projected throughput (samples/s)", "measured throughput (samples/s, mean)",
+              "measured runs", "projected efficiency", "measured efficiency", "measured / projected"]
+    body = [[str(r.gpus), _fmt(r.projected_samples_per_second, ",.2f"),
+             _fmt(r.measured_samples_per_second, ",.2f"), str(r.measured_runs),
+             _pct(r.projected_efficiency), _pct(r.measured_efficiency),
+             _fmt(r.measured_over_projected, ".2f")] for r in rows]
+    return [("h2", "Projected beside measured"),
+            ("p", "PROJECTED figures come from suite.cluster.scaling's ring-allreduce model, not from runs: "
+                  f"{scaling.describe(scenario)}. Its inputs are measured here: the per-rank throughput of "
+                  "the smallest scale and the allreduce peak bus bandwidth. Every projected column says so; "
+                  "the measured columns are the same runs as above (mean over runs)."),
+            ("table", header, body)]
+
+
+def _pct(fraction):
+    return _fmt(None if fraction is None else 100 * fraction, ".1f") + ("" if fraction is None else "%")
+
+
+def _reference_section(data):
+    header = ["benchmark", "published system", "GPUs", "nodes", "time to train (min)", "source"]
+    rows = [[r.benchmark, r.system, str(r.gpus), str(r.nodes), f"{r.minutes:g}", r.source]
+            for r in REFERENCES]
+    ratio = REFERENCES[0].minutes / REFERENCES[1].minutes
+    return [("h2", "Published results (reference, not measured here)"),
+            ("p", f"Reference rows for the benchmarks this suite runs; this sweep ran {data.benchmark}. "
+                  f"Published ResNet-50 scaling on OCI from 1 to 4 nodes: {REFERENCES[0].minutes:g} / "
+                  f"{REFERENCES[1].minutes:g} = {ratio:.2f}x on 4x the GPUs ({100 * ratio / 4:.0f}% "
+                  f"efficiency)."),
+            ("table", header, rows)]
+
+
+def _image(images, name, caption):
+    return [("img", name, caption)] if name in images else []
+
+
+def render_markdown(doc):
+    out = []
+    for block in doc:
+        kind = block[0]
+        if kind in ("h1", "h2"):
+            out.append(("#" if kind == "h1" else "##") + " " + block[1])
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "table":
+            cells = lambda row: "| " + " | ".join(c.replace("|", "\\|") for c in row) + " |"  # noqa: E731
+            out.append("\n".join([cells(block[1]), "|" + "---|" * len(block[1]), *map(cells, block[2])]))
+        elif kind == "img":
+            out.append(f"![{block[2]}]({block[1]})")
+    return "\n\n".join(out) + "\n"
+
+
+def render_html(doc, folder):
+    """One self-contained page: the PNGs are embedded as data URIs."""
+    body = []
+    for block in doc:
+        kind = block[0]
+        if kind in ("h1", "h2", "p"):
+            body.append(f"<{kind}>{html.escape(block[1])}</{kind}>")
+        elif kind == "table":
+            head = "".join(f"<th>{html.escape(c)}</th>" for c in block[1])
+            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                           for row in block[2])
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif kind == "img":
+            with open(os.path.join(folder, block[1]), "rb") as handle:
+                encoded = base64.b64encode(handle.read()).decode("ascii")
+            body.append(f'<figure><img alt="{html.escape(block[2])}" src="data:image/png;base64,{encoded}">'
+                        f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;"
+             "margin:1em 0}td,th{border:1px solid #999;padding:3px 6px;font-size:90%}img{max-width:100%}")
+    title = html.escape(doc[0][1])
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+# ---- plots ----
+
+def make_plots(data, folder, threshold_pct):
+    """Writes the PNGs into folder; returns the names written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    for name, draw in (("time_to_train.png", _plot_ttt), ("throughput.png", _plot_throughput),
+                       ("scaling.png", _plot_scaling), ("stragglers.png", _plot_stragglers),
+                       ("allreduce.png", _plot_allreduce)):
+        figure = draw(plt, data, threshold_pct)
+        if figure is not None:
+            figure.savefig(os.path.join(folder, name), dpi=100)
+            plt.close(figure)
+            written.append(name)
+    return written
+
+
+def _plot_ttt(plt, data, threshold_pct):
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for scale in data.scales:
+        t = time_to_train(scale)
+        for run in scale.runs:
+            axes.plot(scale.np, run.log.minutes, "o" if run.log.converged else "x", color="C0")
+        if t["olympic"] is not None:
+            axes.plot(scale.np, t["olympic"], "_", color="C3", markersize=30, mew=2)
+        if t["olympic_all"] is not None:
+            axes.plot(scale.np, t["olympic_all"], "_", color="C2", markersize=22, mew=2)
+    axes.plot([], [], "o", color="C0", label="run (converged)")
+    axes.plot([], [], "x", color="C0", label="run (not converged)")
+    axes.plot([], [], "_", color="C3", mew=2, label="olympic mean (MLPerf)")
+    axes.plot([], [], "_", color="C2", mew=2, label="olympic mean of run times (status ignored)")
+    _axes(axes, "processes", "minutes, run_start to run_stop", "Time to train (measured)", data)
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize=8)
+    return figure
+
+
+def _plot_throughput(plt, data, threshold_pct):
+    rows = [r for r in scaling_rows(data.scales) if r["rate"]]
+    if not rows:
+        return None
+    figure, (total, per_rank) = plt.subplots(1, 2, figsize=(10, 4))
+    total.plot([r["np"] for r in rows], [r["rate"] for r in rows], "o-", label="measured")
+    base = rows[0]
+    total.plot([r["np"] for r in rows], [base["rate"] * r["np"] / base["np"] for r in rows], "k--", lw=1,
+               label="ideal (linear from the smallest scale)")
+    per_rank.plot([r["np"] for r in rows], [r["per_rank"] for r in rows], "o-", color="C1", label="measured")
+    _axes(total, "processes", "samples/s", "Throughput, total (measured)", data)
+    _axes(per_rank, "processes", "samples/s per rank", "Throughput per rank (measured)", data)
+    total.legend(fontsize=8)
+    per_rank.set_ylim(bottom=0)
+    figure.tight_layout()
+    return figure
+
+
+def _plot_scaling(plt, data, threshold_pct):
+    rows = [r for r in scaling_rows(data.scales) if r["speedup"]]
+    if not rows:
+        return None
+    base = rows[0]["np"]
+    figure, (speed, eff) = plt.subplots(1, 2, figsize=(10, 4))
+    factors = [r["np"] / base for r in rows]
+    speed.plot(factors, [r["speedup"] for r in rows], "o-", label="measured (throughput)")
+    top = max(factors + [REFERENCES[1].gpus / REFERENCES[0].gpus])
+    speed.plot([1, top], [1, top], "k--", lw=1, label="ideal")
+    ref = REFERENCES[0].minutes / REFERENCES[1].minutes
+    speed.plot([1, 4], [1, ref], "s:", color="C2", label="published: OCI 1 to 4 nodes (time to train)")
+    eff.plot(factors, [100 * r["efficiency"] for r in rows], "o-", label="measured (throughput)")
+    eff.plot([1, 4], [100, 100 * ref / 4], "s:", color="C2", label="published: OCI 1 to 4 nodes")
+    found, _ = projection_rows(data)
+    if found:
+        projected = [(r.gpus / base, r.projected_samples_per_second) for r in found[1] if r.gpus >= base]
+        rate0 = projected[0][1]
+        speed.plot([p[0] for p in projected], [p[1] / rate0 for p in projected], "^--", color="C1",
+                   label="PROJECTED (ring model)")
+        eff.plot([p[0] for p in projected], [100 * p[1] / rate0 / p[0] for p in projected], "^--", color="C1",
+                 label="PROJECTED (ring model)")
+    speed.set(xlabel="scale factor (processes / smallest)", ylabel="speed-up", title="Speed-up")
+    eff.set(xlabel="scale factor (processes / smallest)", ylabel="efficiency (%)", title="Scaling efficiency")
+    eff.set_ylim(0, 110)
+    for axes in (speed, eff):
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def _plot_stragglers(plt, data, threshold_pct):
+    scales = [(s, stragglers(s, threshold_pct)) for s in data.scales]
+    scales = [(s, rows) for s, rows in scales if rows]
+    if not scales:
+        return None
+    figure, axes = plt.subplots(1, len(scales), figsize=(4 * len(scales) + 1, 4), squeeze=False)
+    for ax, (scale, rows) in zip(axes[0], scales):
+        ranks = [r["rank"] for r in rows]
+        colors = ["C3" if r["straggler"] else "C0" for r in rows]
+        ax.bar(ranks, [r["p50"] for r in rows], color=colors, label="p50")
+        spread = [[0] * len(rows), [r["p90"] - r["p50"] for r in rows]]
+        ax.errorbar(ranks, [r["p50"] for r in rows], yerr=spread, fmt="none", ecolor="k", capsize=4,
+                    label="to p90")
+        ax.plot(ranks, [r["max"] for r in rows], "v", color="k", label="max")
+        ax.set(xlabel="rank", ylabel="step time (ms)", title=f"{scale.system}", xticks=ranks)
+        ax.legend(fontsize=7)
+    figure.suptitle(f"Per-rank step time (measured); red: > {threshold_pct:g}% above the median rank")
+    figure.tight_layout()
+    return figure
+
+
+def _plot_allreduce(plt, data, threshold_pct):
+    measured = [s for s in data.scales if s.allreduce and s.allreduce.get("rows")]
+    if not measured:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for scale in measured:
+        rows = scale.allreduce["rows"]
+        axes.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], "o-", label=scale.system)
+        expected = scale.allreduce.get("expected_busbw_gbps")
+        if expected:
+            axes.axhline(expected, ls="--", color="C3", label=f"expected ({scale.system})")
+    axes.set_xscale("log", base=2)
+    _axes(axes, "message size per rank (bytes)", "busbw (GB/s)", "Allreduce bus bandwidth (measured)", None)
+    axes.legend(fontsize=8)
+    return figure
+
+
+def _axes(axes, xlabel, ylabel, title, data):
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if data is not None:
+        axes.set_xticks(sorted({s.np for s in data.scales}))
+    axes.grid(alpha=0.3)
+
+
+# ---- writing, all or nothing ----
+
+def write_report(data, out, threshold_pct):
+    """Builds the whole report in a temporary folder beside `out`, then swaps it in."""
+    _check_out(out)
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.tmp.{os.getpid()}")
+    os.makedirs(tmp)
+    try:
+        images = make_plots(data, tmp, threshold_pct)
+        doc = build_document(data, threshold_pct, images)
+        _write_text(os.path.join(tmp, "report.md"), render_markdown(doc))
+        _write_text(os.path.join(tmp, "report.html"), render_html(doc, tmp))
+        _swap(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _check_out(out):
+    """Only a folder of an earlier report may be replaced; anything else there is somebody's data."""
+    if not os.path.exists(out):
+        return
+    if not os.path.isdir(out) or not set(os.listdir(out)) <= set(REPORT_FILES):
+        raise ReportError(f"--out {out} exists and is not a report folder (it holds other files); "
+                          f"choose another --out")
+
+
+def _swap(tmp, out):
+    old = None
+    if os.path.exists(out):
+        old = f"{tmp}.old"
+        os.rename(out, old)
+    os.rename(tmp, out)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_text(path, text):
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def build_parser():
+    parser = _Parser(prog="python -m suite.cluster.report",
+                     description="Report of a sweep folder (python -m suite.cluster.sweep): report.md, "
+                                 "report.html "
+                                 "and PNG plots. Times come from the MLPerf logs; throughput and step times "
+                                 "from each run's summary.json; projected figures are labelled.")
+    parser.add_argument("sweep", help="the sweep folder (the --out of python -m suite.cluster.sweep)")
+    parser.add_argument("--out", help="report folder (default: SWEEP/report); replaced as a whole")
+    parser.add_argument("--straggler-threshold", type=float, default=10.0, metavar="PCT",
+                        help="flag ranks whose p50 step time is more than PCT%% above the median rank's "
+                             "(default 10)")
+    return parser
+
+
+def main(argv=None):
+    try:
+        args = build_parser().parse_args(argv)
+        if not (math.isfinite(args.straggler_threshold) and args.straggler_threshold >= 0):
+            raise ReportError(f"--straggler-threshold {args.straggler_threshold} must be >= 0")
+        data = load_sweep(args.sweep)
+        out = write_report(data, args.out or os.path.join(args.sweep, "report"), args.straggler_threshold)
+    except (ReportError, LogError) as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as err:
+        print(f"error: {err.filename}: {err.strerror}", file=sys.stderr, flush=True)
+        return 2
+    print(f"report: {os.path.join(out, 'report.md')}, {os.path.join(out, 'report.html')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

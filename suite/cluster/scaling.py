@@ -1,0 +1,386 @@
+"""Projected step time and scaling efficiency of data-parallel training, from a ring-allreduce cost model.
+
+Pure Python (no TensorFlow), so the report generator and a laptop can use it. Sources are the
+digest ../shared/reference/horovod-nccl-rdma.md, sections 4 (measured busbw) and 5 (cost model).
+
+The model, per scale of N GPUs with a fixed per-GPU batch b (weak scaling):
+
+    compute  = b / per-GPU throughput          (a communication-free, one-GPU figure)
+    t        = 2(N-1)/N * S / B                (ring allreduce of S gradient bytes)
+    exposed  = max((1 - overlap) * t, t - compute)
+    step     = compute + exposed
+    samples/s = N * b / step;  speed-up and efficiency against the smallest scale.
+
+`overlap` is the share of the allreduce hidden behind backprop (Horovod starts reducing a
+layer's gradient while earlier layers are still being differentiated). It can hide at most the
+compute time, hence the max(). 0 (the default) is the digest's "no overlap assumed" bound.
+
+What B is:
+- N GPUs in one node (N <= gpus per node): every ring hop is NVLink/NVSwitch, so B is the
+  intra-node bus bandwidth; nccl-tests measured 235.5 GB/s busbw on 1 node x 8 A100 (digest §4).
+- More than one node: NCCL runs its rings over all of a node's RDMA NICs (multi-rail), so the
+  slowest hop, the one between nodes, moves at the node's aggregate NIC rate, not at one NIC's
+  (digest §5: "the allreduce cost model needs the per-node rate, not the per-GPU rate"). That
+  is what nccl-tests report as busbw across nodes: 185 GB/s is OCI's pass mark for 2 A100
+  nodes, 220.9 GB/s was measured with the full 16-HCA list (digest §4).
+- Using a busbw in the ring formula is exact by definition: nccl-tests define
+  busbw = algbw * 2(N-1)/N and algbw = S / t, so t = 2(N-1)/N * S / busbw.
+
+Left out, on purpose: per-message latency and Horovod's cycle time (small against the 1-14 ms
+transfers of these models), tensor-fusion passes (BERT-large fp32 needs about 11 of 128 MB),
+hierarchical allreduce, a per-GPU batch that shrinks with scale (the closed ResNet presets keep
+the global batch at 3264, so per-GPU batch and throughput fall at 32 GPUs), the input pipeline
+and stragglers. Measured efficiency far below the projection points at those, or at the network.
+Bandwidths are GB/s with GB = 1e9, as nccl-tests and suite.train.allreduce report them.
+
+    python -m suite.cluster.scaling --model resnet50 --per-gpu-throughput 2400 --per-gpu-batch 256 --busbw 185
+"""
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+
+GB = 1e9
+
+# ResNet-50 v1.5 trainable parameters, as models/resnet50 builds it (tests/test_resnet_model.py).
+RESNET50_PARAMS = 25_557_032
+
+# BERT-large (google-research/bert bert_config.json, the MLPerf reference's vocabulary).
+BERT_LARGE = {"hidden": 1024, "layers": 24, "intermediate": 4096, "vocab": 30522, "positions": 512,
+              "token_types": 2}
+
+
+def bert_parameter_count(hidden, layers, intermediate, vocab, positions, token_types, heads=True):
+    """Trainable parameters of BERT (BertForPreTraining with `heads`), from its configuration.
+
+    For BERT-large (h 1024, 24 layers, intermediate 4096, vocab 30522, 512 positions, 2 types):
+      embeddings   30522*1024 + 512*1024 + 2*1024 + LayerNorm 2*1024     =  31,782,912
+      per layer    Q, K, V, output: 4 * (1024*1024 + 1024)                =   4,198,400
+                   LayerNorm after attention: 2*1024                     =       2,048
+                   intermediate 1024*4096 + 4096, output 4096*1024 + 1024 =   8,393,728
+                   LayerNorm after the feed-forward: 2*1024              =       2,048
+                   together 12,596,224; times 24                         = 302,309,376
+      pooler       1024*1024 + 1024                                      =   1,049,600
+      encoder total                                                      = 335,141,888
+      MLM head     transform 1024*1024 + 1024, LayerNorm 2*1024, output
+                   bias 30522 (the output weights are the tied word
+                   embeddings, counted once)                             =   1,082,170
+      NSP head     1024*2 + 2                                            =       2,050
+      total                                                              = 336,226,108
+    The often quoted "340M" is this figure rounded; the digest's 1.36 GB fp32 gradient uses it.
+    """
+    embeddings = (vocab + positions + token_types) * hidden + 2 * hidden
+    attention = 4 * (hidden * hidden + hidden) + 2 * hidden
+    feed_forward = (hidden * intermediate + intermediate) + (intermediate * hidden + hidden) + 2 * hidden
+    pooler = hidden * hidden + hidden
+    count = embeddings + layers * (attention + feed_forward) + pooler
+    if heads:
+        masked_lm = (hidden * hidden + hidden) + 2 * hidden + vocab
+        next_sentence = hidden * 2 + 2
+        count += masked_lm + next_sentence
+    return count
+
+
+BERT_LARGE_PARAMS = bert_parameter_count(**BERT_LARGE)
+MODEL_PARAMS = {"resnet50": RESNET50_PARAMS, "bert-large": BERT_LARGE_PARAMS}
+# Measured busbw on one node of 8 A100 (nccl-tests, 10 GiB, digest §4).
+NVLINK_BUSBW_GBPS = 235.0
+
+
+def gradient_bytes(params, fp16=False):
+    """Bytes allreduced per step: one value per parameter, 2 bytes with fp16 gradients, else 4."""
+    return params * (2 if fp16 else 4)
+
+
+def ring_allreduce_seconds(nbytes, gpus, busbw_gbps):
+    """t = 2(N-1)/N * S / B; zero on one GPU, where nothing is exchanged."""
+    if gpus <= 1:
+        return 0.0
+    return 2 * (gpus - 1) / gpus * nbytes / (busbw_gbps * GB)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the projection starts from: one GPU's speed, the gradient, and the links."""
+
+    model: str
+    per_gpu_throughput: float  # samples/s of one GPU at per_gpu_batch, without communication
+    per_gpu_batch: int
+    gradient_bytes: int
+    busbw_gbps: float  # per-node bus bandwidth across nodes (nccl-tests busbw)
+    nvlink_busbw_gbps: float = NVLINK_BUSBW_GBPS  # bus bandwidth inside one node
+    gpus_per_node: int = 8
+    overlap: float = 0.0  # share of the allreduce hidden behind backprop
+
+    def validate(self):
+        """Raises ValueError naming the first unusable field."""
+        for name in ("per_gpu_throughput", "busbw_gbps", "nvlink_busbw_gbps"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, not {value!r}")
+        for name in ("per_gpu_batch", "gradient_bytes", "gpus_per_node"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value > 0):
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if not 0.0 <= self.overlap <= 1.0:
+            raise ValueError(f"overlap must be between 0 and 1, not {self.overlap!r}")
+        return self
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    """The projection at one scale; times in milliseconds."""
+
+    gpus: int
+    nodes: int
+    link: str  # "none" (one GPU), "nvlink" (one node) or "network" (across nodes)
+    bandwidth_gbps: float
+    compute_ms: float
+    allreduce_ms: float
+    exposed_ms: float
+    step_ms: float
+    samples_per_second: float
+    speedup: float
+    efficiency: float
+
+
+@dataclass(frozen=True)
+class Projection:
+    scenario: Scenario
+    points: tuple
+
+    def point(self, gpus):
+        return next(p for p in self.points if p.gpus == gpus)
+
+
+def link_for(scenario, gpus):
+    """(link name, bus bandwidth GB/s) the ring runs at for this many GPUs; see the module docstring."""
+    if gpus == 1:
+        return "none", 0.0
+    if gpus <= scenario.gpus_per_node:
+        return "nvlink", scenario.nvlink_busbw_gbps
+    return "network", scenario.busbw_gbps
+
+
+def _step(scenario, gpus):
+    """(nodes, link, bandwidth, compute, allreduce, exposed, step) in seconds for one scale."""
+    link, bandwidth = link_for(scenario, gpus)
+    compute = scenario.per_gpu_batch / scenario.per_gpu_throughput
+    allreduce = ring_allreduce_seconds(scenario.gradient_bytes, gpus, bandwidth)
+    # Overlap hides a share of the allreduce, but never more than the compute it runs behind.
+    exposed = max((1.0 - scenario.overlap) * allreduce, allreduce - compute)
+    nodes = -(-gpus // scenario.gpus_per_node)
+    return nodes, link, bandwidth, compute, allreduce, exposed, compute + exposed
+
+
+def project(scenario, gpus=(8, 16, 32)):
+    """The projection at each GPU count; speed-up and efficiency are against the smallest."""
+    scenario.validate()
+    scales = sorted(set(gpus))
+    if not scales or any(not isinstance(n, int) or n < 1 for n in scales):
+        raise ValueError(f"GPU counts must be positive integers, not {list(gpus)!r}")
+    base = scales[0]
+    base_rate = base * scenario.per_gpu_batch / _step(scenario, base)[-1]
+    points = []
+    for n in scales:
+        nodes, link, bandwidth, compute, allreduce, exposed, step = _step(scenario, n)
+        rate = n * scenario.per_gpu_batch / step
+        points.append(ScalePoint(gpus=n, nodes=nodes, link=link, bandwidth_gbps=bandwidth,
+                                 compute_ms=compute * 1e3, allreduce_ms=allreduce * 1e3,
+                                 exposed_ms=exposed * 1e3, step_ms=step * 1e3, samples_per_second=rate,
+                                 speedup=rate / base_rate, efficiency=(rate / base_rate) * base / n))
+    return Projection(scenario=scenario, points=tuple(points))
+
+
+def describe(scenario):
+    """One sentence of the inputs, for the line above a table."""
+    params = MODEL_PARAMS.get(scenario.model)
+    width = {params * 2: " (fp16)", params * 4: " (fp32)"}.get(scenario.gradient_bytes, "")
+    return (f"{scenario.model}: {scenario.per_gpu_throughput:g} samples/s per GPU at batch "
+            f"{scenario.per_gpu_batch}, gradient {scenario.gradient_bytes / 1e6:.1f} MB{width}, busbw "
+            f"{scenario.busbw_gbps:g} GB/s per node across nodes, {scenario.nvlink_busbw_gbps:g} GB/s inside "
+            f"a node, {scenario.gpus_per_node} GPUs per node, overlap {scenario.overlap:g}")
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _gpus(count):
+    return f"{count} GPU" + ("" if count == 1 else "s")
+
+
+def format_markdown(projection):
+    """A Markdown table in which every computed figure is labelled projected."""
+    header = ["GPUs", "nodes", "allreduce link", "projected compute (ms)", "projected allreduce (ms)",
+              "projected exposed comm (ms)", "projected step (ms)", "projected throughput (samples/s)",
+              "projected speed-up", "projected efficiency"]
+    rows = [[str(p.gpus), str(p.nodes), f"{p.link} ({p.bandwidth_gbps:g} GB/s)" if p.gpus > 1 else "none",
+             f"{p.compute_ms:.2f}", f"{p.allreduce_ms:.3f}", f"{p.exposed_ms:.3f}", f"{p.step_ms:.2f}",
+             f"{p.samples_per_second:,.0f}", f"{p.speedup:.2f}x", f"{100 * p.efficiency:.1f}%"]
+            for p in projection.points]
+    title = (f"Projected (ring-allreduce model, not measured) for {describe(projection.scenario)}; "
+             f"speed-up and efficiency against {_gpus(projection.points[0].gpus)}.")
+    return title + "\n\n" + _table(header, rows)
+
+
+@dataclass(frozen=True)
+class BesideRow:
+    """Projected and measured throughput and efficiency at one scale (None where not measured)."""
+
+    gpus: int
+    projected_samples_per_second: float
+    measured_samples_per_second: float
+    measured_runs: int
+    projected_efficiency: float
+    measured_efficiency: float
+    measured_over_projected: float
+
+
+def _measured_means(measured_rows):
+    """{gpus: (mean samples/s, runs)}: a sweep has several runs per scale."""
+    found = {}
+    for i, row in enumerate(measured_rows):
+        try:
+            gpus, rate = int(row["gpus"]), float(row["samples_per_second"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"measured row {i} needs numeric 'gpus' and 'samples_per_second': "
+                             f"{row!r}") from None
+        if gpus < 1 or not math.isfinite(rate) or rate <= 0:
+            raise ValueError(f"measured row {i} has gpus {gpus} and samples_per_second {rate}")
+        found.setdefault(gpus, []).append(rate)
+    return {gpus: (sum(rates) / len(rates), len(rates)) for gpus, rates in found.items()}
+
+
+def beside_measured(projection, measured_rows):
+    """Projected and measured figures per scale, both efficiencies against the same base.
+
+    measured_rows: dicts with `gpus` and `samples_per_second` (several runs per scale are
+    averaged). The base is the smallest measured scale (the projection's smallest without
+    measurements), so the two efficiency columns compare like with like; below the base the
+    efficiencies are None. Scales only one side has are projected from the same scenario.
+    """
+    measured = _measured_means(measured_rows)
+    scales = sorted({p.gpus for p in projection.points} | set(measured))
+    base = min(measured) if measured else projection.points[0].gpus
+    projected = project(projection.scenario, scales)
+    base_projected = projected.point(base).samples_per_second
+    rows = []
+    for n in scales:
+        rate = projected.point(n).samples_per_second
+        got, runs = measured.get(n, (None, 0))
+        above = n >= base
+        rows.append(BesideRow(
+            gpus=n, projected_samples_per_second=rate, measured_samples_per_second=got, measured_runs=runs,
+            projected_efficiency=rate / base_projected * base / n if above else None,
+            measured_efficiency=got / measured[base][0] * base / n if got is not None and above else None,
+            measured_over_projected=got / rate if got is not None else None))
+    return rows
+
+
+def _fmt(value, spec, suffix=""):
+    return "—" if value is None else format(value, spec) + suffix
+
+
+def _percent(fraction):
+    return _fmt(None if fraction is None else 100 * fraction, ".1f", "%")
+
+
+def format_beside_markdown(rows):
+    """Projected and measured columns side by side; each header says which it is."""
+    header = ["GPUs", "projected throughput (samples/s)", "measured throughput (samples/s)", "runs",
+              "projected efficiency", "measured efficiency", "measured / projected"]
+    body = [[str(r.gpus), _fmt(r.projected_samples_per_second, ",.0f"),
+             _fmt(r.measured_samples_per_second, ",.0f"), str(r.measured_runs),
+             _percent(r.projected_efficiency), _percent(r.measured_efficiency),
+             _fmt(r.measured_over_projected, ".2f")] for r in rows]
+    return _table(header, body)
+
+
+# ---- command line ----
+
+class UsageError(ValueError):
+    """A flag value the projection cannot use."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # One line instead of argparse's usage block.
+    def error(self, message):
+        raise UsageError(message)
+
+
+def build_parser():
+    parser = _Parser(prog="python -m suite.cluster.scaling",
+                     description="Project step time, throughput and scaling efficiency at several GPU "
+                                 "counts from a ring-allreduce cost model (figures are projected, "
+                                 "not measured).")
+    parser.add_argument("--model", choices=sorted(MODEL_PARAMS), default="resnet50",
+                        help="gradient size from the model's parameter count (default resnet50)")
+    parser.add_argument("--params", type=int, help="parameter count instead of the model's")
+    parser.add_argument("--gradient-bytes", type=int, help="bytes allreduced per step, overriding the rest")
+    parser.add_argument("--fp16-gradients", action="store_true", help="2-byte gradients (fp16 allreduce)")
+    parser.add_argument("--per-gpu-throughput", type=float, required=True,
+                        help="samples/s of one GPU at --per-gpu-batch, without communication")
+    parser.add_argument("--per-gpu-batch", type=int, required=True)
+    parser.add_argument("--busbw", type=float, required=True,
+                        help="per-node bus bandwidth across nodes, GB/s (e.g. 185 on OCI GM4.8)")
+    parser.add_argument("--nvlink-busbw", type=float, default=NVLINK_BUSBW_GBPS,
+                        help=f"bus bandwidth inside one node, GB/s (default {NVLINK_BUSBW_GBPS:g})")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--overlap", type=float, default=0.0,
+                        help="share of the allreduce hidden behind backprop, 0..1 (default 0)")
+    parser.add_argument("--gpus", type=int, nargs="+", default=[8, 16, 32], help="scales (default 8 16 32)")
+    parser.add_argument("--measured", metavar="JSON",
+                        help="measured rows ([{gpus, samples_per_second}, ...]) to print beside")
+    parser.add_argument("--json", metavar="PATH", help="also write the projection as JSON")
+    return parser
+
+
+def scenario_from_args(args):
+    params = args.params if args.params is not None else MODEL_PARAMS[args.model]
+    nbytes = args.gradient_bytes
+    if nbytes is None:
+        nbytes = gradient_bytes(params, args.fp16_gradients)
+    return Scenario(model=args.model, per_gpu_throughput=args.per_gpu_throughput,
+                    per_gpu_batch=args.per_gpu_batch, gradient_bytes=nbytes, busbw_gbps=args.busbw,
+                    nvlink_busbw_gbps=args.nvlink_busbw,
+                    gpus_per_node=args.gpus_per_node, overlap=args.overlap)
+
+
+def _load_measured(path):
+    with open(path) as handle:
+        data = json.load(handle)
+    return data["rows"] if isinstance(data, dict) else data
+
+
+def _write_json(path, projection, beside):
+    with open(path, "w") as handle:
+        json.dump({"note": "projected by suite.cluster.scaling, not measured",
+                   "scenario": asdict(projection.scenario), "points": [asdict(p) for p in projection.points],
+                   "beside_measured": [asdict(r) for r in beside] if beside else None}, handle, indent=2)
+        handle.write("\n")
+
+
+def main(argv=None):
+    """Prints the projection (and measured rows beside it); returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+        projection = project(scenario_from_args(args), args.gpus)
+        beside = beside_measured(projection, _load_measured(args.measured)) if args.measured else None
+        if args.json:
+            _write_json(args.json, projection, beside)
+    except (UsageError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_markdown(projection))
+    if beside is not None:
+        print("\nProjected beside measured:\n")
+        print(format_beside_markdown(beside))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

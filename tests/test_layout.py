@@ -1,0 +1,102 @@
+"""The two worlds stay apart: the login-node side (suite.cluster, suite.common, the models' presets) runs
+without TensorFlow or Horovod, and the old `python -m suite.X` paths users type still work."""
+import os
+import pkgutil
+import sys
+
+import pytest
+
+import suite.cluster
+import suite.common
+from conftest import REPO, run
+from test_deploy import CASES
+from test_report import make_sweep
+
+HEAVY = ("tensorflow", "horovod", "tf_keras", "keras")
+
+
+def login_node_modules():
+    names = ["suite"]
+    for package in (suite.cluster, suite.common):
+        names.append(package.__name__)
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+    names += [f"models.{model}.presets" for model in ("resnet50", "bert")]
+    return names
+
+
+def test_login_node_modules_load_neither_tensorflow_nor_horovod_nor_the_rank_side():
+    # One fresh interpreter imports each module in turn and names the first that pulls in a heavy one.
+    code = "\n".join([
+        "import importlib, sys",
+        f"for name in {login_node_modules()!r}:",
+        "    importlib.import_module(name)",
+        f"    loaded = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}",
+        "              or m.startswith('suite.train')]",
+        "    if loaded:",
+        "        print(f'{name} loaded {sorted(loaded)[:3]}')",
+        "        sys.exit(1)",
+        "print('clean')",
+    ])
+    result = run([sys.executable, "-c", code], timeout=120)
+    assert result.stdout.strip() == "clean", result.stdout + result.stderr[-2000:]
+
+
+def test_the_list_of_login_node_modules_is_complete():
+    # A new cluster module is covered by the test above without anyone adding it by hand.
+    names = login_node_modules()
+    for module in ("suite.cluster.launch", "suite.cluster.sweep", "suite.cluster.report",
+                   "suite.cluster.deploy", "suite.cluster.scaling", "suite.cluster.results",
+                   "suite.cluster.hostfile", "suite.common.profiles", "suite.common.busbw",
+                   "suite.common.files", "suite.common.config"):
+        assert module in names
+
+
+@pytest.fixture(scope="module")
+def without_tensorflow(tmp_path_factory):
+    """PYTHONPATH entries that make `import tensorflow` and `import horovod` fail, as on a bare login node."""
+    blocked = tmp_path_factory.mktemp("no_tensorflow")
+    for name in ("tensorflow", "horovod"):
+        (blocked / name).mkdir()
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed here')\n")
+    return f"{blocked}{os.pathsep}{REPO}"
+
+
+def console(script, *args, pythonpath):
+    return run([os.path.join(os.path.dirname(sys.executable), script), *args], timeout=120,
+               PYTHONPATH=pythonpath)
+
+
+def test_the_blocker_really_blocks(without_tensorflow):
+    result = run([sys.executable, "-c", "import tensorflow"], timeout=60, PYTHONPATH=without_tensorflow)
+    assert result.returncode != 0 and "tensorflow is not installed here" in result.stderr
+
+
+def test_login_node_console_scripts_work_without_tensorflow(without_tensorflow, tmp_path):
+    launch = console("mlperf-launch", "--hostfile", "hostfiles/localhost", "-np", "2", "--profile",
+                     "local-cpu", "--dry-run", "--", "models.resnet50", "--preset", "tiny_cpu",
+                     pythonpath=without_tensorflow)
+    assert launch.returncode == 0 and "horovodrun" in launch.stdout, launch.stderr
+    sweep = console("mlperf-sweep", "--dry-run", "--out", str(tmp_path / "sweep"), "--profile", "local-cpu",
+                    "--hostfile", "hostfiles/localhost", "--scales", "1,2", "--preset", "sweep_cpu", "--",
+                    "models.resnet50", pythonpath=without_tensorflow)
+    assert sweep.returncode == 0 and "# scale" in sweep.stdout, sweep.stderr
+    deploy = console("mlperf-deploy", *CASES["slurm-2n.sbatch"], pythonpath=without_tensorflow)
+    assert deploy.returncode == 0 and "#SBATCH" in deploy.stdout, deploy.stderr
+    scaling = console("mlperf-scaling", "--model", "resnet50", "--per-gpu-throughput", "2400",
+                      "--per-gpu-batch", "256", "--busbw", "185", pythonpath=without_tensorflow)
+    assert scaling.returncode == 0 and "projected" in scaling.stdout.lower(), scaling.stderr
+    report = console("mlperf-report", make_sweep(str(tmp_path / "made")), pythonpath=without_tensorflow)
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "made" / "report" / "report.html").is_file()
+
+
+OLD_PATHS = {"suite.launch": "suite.cluster.launch", "suite.sweep": "suite.cluster.sweep",
+             "suite.report": "suite.cluster.report", "suite.deploy": "suite.cluster.deploy",
+             "suite.scaling": "suite.cluster.scaling", "suite.allreduce": "suite.train.allreduce"}
+
+
+@pytest.mark.parametrize("old, new", sorted(OLD_PATHS.items()))
+def test_old_module_paths_still_run(old, new):
+    result = run([sys.executable, "-m", old, "--help"], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"python -m {new}" in result.stdout
