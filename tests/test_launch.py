@@ -1,4 +1,8 @@
-"""The entry point trains unchanged under horovodrun (Gloo, MPI), mpirun and a single process."""
+"""The entry point trains unchanged under horovodrun (Gloo, MPI), mpirun and a single process.
+
+Plain `horovodrun -np 2` (Horovod's MPI controller) is the README's main job: tests/test_main_job.py
+asserts the same things on that run.
+"""
 import os
 
 import pytest
@@ -9,14 +13,12 @@ from conftest import TINY, check_log, read_json, read_log, run, train_cmd
 EXTRA = {"horovodrun-gloo": ["--set", "fp16_allreduce=true"]}
 LAUNCHERS = {
     "horovodrun-gloo": ("horovodrun", "--gloo"),
-    "horovodrun-mpi": ("horovodrun", "--mpi"),
     "mpirun": ("mpirun",),
 }
 # What env.json records: the launcher seen from inside (horovodrun --mpi execs mpirun) and
 # the Horovod controller in use.
 SEEN_AS = {
     "horovodrun-gloo": ("horovodrun-gloo", "gloo"),
-    "horovodrun-mpi": ("mpirun", "mpi"),
     "mpirun": ("mpirun", "mpi"),
 }
 

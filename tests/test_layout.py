@@ -47,7 +47,7 @@ def test_the_list_of_login_node_modules_is_complete():
     for module in ("suite.cluster.launch", "suite.cluster.sweep", "suite.cluster.report",
                    "suite.cluster.deploy", "suite.cluster.scaling", "suite.cluster.results",
                    "suite.cluster.hostfile", "suite.common.profiles", "suite.common.busbw",
-                   "suite.common.files", "suite.common.config"):
+                   "suite.common.runfiles", "suite.common.config"):
         assert module in names
 
 

@@ -1,4 +1,10 @@
-"""The README's main job (`make demo`): 2 Horovod processes learn the generated set; the log passes."""
+"""The README's main job (`make demo`): 2 Horovod processes learn the generated set; the log passes.
+
+The demo is also the test suite's plain `horovodrun -np 2` run (Horovod's MPI controller through
+mpirun): one run asserted every way, rather than a second run of its own.
+"""
+import os
+
 import pytest
 
 from conftest import REPO, check_log, read_json, read_log, run
@@ -21,3 +27,14 @@ def test_make_demo_learns_and_passes_the_checker(tmp_path):
     for ruleset in ("1.1.0", "2.1.0"):
         passed, output = check_log(demo / "run" / "result_0.txt", ruleset)
         assert passed, output
+    # horovodrun without --gloo execs mpirun and leaves no mark of its own; Horovod's controller is MPI.
+    env = read_json(demo / "run" / "env.json")
+    assert (env["launcher"], env["controller"]) == ("mpirun", "mpi")
+    assert [r["local_rank"] for r in env["ranks"]] == [0, 1]
+    assert len(summary["ranks"]) == 2
+    # Rank 0 alone writes the log: one run_start, one run_stop, and no other result file.
+    keys = [e["key"] for e in events]
+    assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
+    others = [name for name in os.listdir(demo / "run")
+              if name.startswith("result_") and not name.startswith("result_0.txt")]
+    assert others == []

@@ -280,9 +280,23 @@ def test_sweep_writes_the_submission_layout(swept):
                     open(run_dir / "result_0.txt") as original:
                 assert copy.read() == original.read()
         assert len(seeds) == 5  # every run drew its own seed
+        if np == 2:
+            assert_launched_through_the_launcher(out / "runs" / system / "run_0")
         assert read_json(out / "runs" / system / "allreduce.json")["world_size"] == np
     implementation = out / SUBMITTER / "benchmarks" / "resnet" / "implementations" / "tensorflow-horovod"
     assert (implementation / "README.md").exists()
+
+
+def assert_launched_through_the_launcher(run_dir):
+    """A 2-process model run made by `suite.cluster.launch` (as every sweep run is): record and outcome."""
+    summary = read_json(run_dir / "summary.json")
+    assert summary["world_size"] == 2 and summary["weights_in_sync"]
+    env = read_json(run_dir / "env.json")
+    # horovodrun without --gloo runs Horovod's MPI controller through mpirun.
+    assert (env["launcher"], env["controller"]) == ("mpirun", "mpi")
+    record = read_json(run_dir / "launch.json")
+    assert record["exit_code"] == 0 and record["np"] == 2 and record["profile"]["name"] == "local-cpu"
+    assert record["command"][:5] == ["horovodrun", "-np", "2", "-H", "localhost:2"]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from suite.cluster import hostfile
 from suite.cluster.hostfile import Host, HostfileError
-from suite.common import files, profiles
+from suite.common import profiles, runfiles
 from suite.common.profiles import ProfileError
 
 LAUNCHERS = ("horovodrun", "mpirun", "srun")
@@ -270,7 +270,7 @@ def _no_gloo(args):
 def record(plan, directory, dry_run, exit_code=None, seconds=None):
     """DIR/launch.json, written atomically; rewritten with the exit code once the job ends."""
     os.makedirs(directory, exist_ok=True)
-    files.write_json(os.path.join(directory, "launch.json"), {
+    runfiles.write_json(os.path.join(directory, "launch.json"), {
         "launcher": plan.launcher,
         "command": plan.command,
         "command_line": shlex.join(plan.command),

@@ -21,8 +21,8 @@ PROJECTION_MODEL = {"resnet": "resnet50", "bert": "bert-large"}
 
 OCI_BLOG = ("Oracle Cloud Infrastructure blog, \"MLPerf benchmark: multi-node ML training on OCI\" "
             "(blogs.oracle.com/cloud-infrastructure/mlperf-benchmark-multi-node-ml-training-on-oci), "
-            "4x BM.GPU.GM4.8; the blog shows these times in a graph only: the values are as quoted in "
-            "issue 4, not printed in the blog's text")
+            "4x BM.GPU.GM4.8; the blog shows these times in a graph only: the values are as quoted from "
+            "it, not printed in the blog's text")
 
 
 @dataclass(frozen=True)

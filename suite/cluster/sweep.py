@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from suite.cluster import hostfile, launch, results
 from suite.cluster.hostfile import HostfileError
 from suite.cluster.launch import LaunchError
-from suite.common import files, profiles
+from suite.common import profiles, runfiles
 from suite.common.profiles import ProfileError
 
 MANIFEST = "sweep.json"
@@ -532,7 +532,7 @@ def load_manifest(sweep):
 def save(sweep, manifest):
     os.makedirs(sweep.out, exist_ok=True)
     manifest["updated"] = _now()
-    files.write_json(sweep.path(MANIFEST), manifest)
+    runfiles.write_json(sweep.path(MANIFEST), manifest)
 
 
 def execute(sweep, say):
@@ -573,14 +573,14 @@ def _one_run(sweep, scale, index, manifest, say, counter):
         if os.path.exists(directory):
             _set_aside(directory, directory + ".attempt")
         _launch_run(sweep, scale, index, record, manifest, say, counter)
-    copy_result(os.path.join(directory, files.LOG_NAME), result)
+    copy_result(os.path.join(directory, runfiles.LOG_NAME), result)
     record["status"] = "done"
     save(sweep, manifest)
 
 
 def _finished(directory):
     """A run that ended normally: its log has run_stop and rank 0 wrote summary.json after it."""
-    return (results.has_run_stop(os.path.join(directory, files.LOG_NAME))
+    return (results.has_run_stop(os.path.join(directory, runfiles.LOG_NAME))
             and os.path.exists(os.path.join(directory, "summary.json")))
 
 
@@ -605,7 +605,7 @@ def _launch_run(sweep, scale, index, record, manifest, say, counter):
         save(sweep, manifest)
         raise RunFailed(f"{scale.system} run {index} failed (exit {code}); its output: "
                         f"{os.path.join(directory, 'output.txt')}; re-run the same command to retry")
-    log = results.read_run(os.path.join(directory, files.LOG_NAME), sweep.benchmark)
+    log = results.read_run(os.path.join(directory, runfiles.LOG_NAME), sweep.benchmark)
     record.update(run_stop_status=log.status, time_to_train_minutes=log.minutes)
     say(f"{counter} {scale.system} run {index}: {log.status}, {log.minutes:.3f} min from run_start to "
         f"run_stop ({seconds:.0f} s with start-up)")
@@ -698,14 +698,14 @@ def _write_system(sweep, scale):
     env = next((e for e in envs if e), {})
     path = sweep.path(sweep.submitter, "systems", f"{scale.system}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    files.write_json(path, system_description(sweep, scale, logs, env))
+    runfiles.write_json(path, system_description(sweep, scale, logs, env))
 
 
 def _write_implementation_readme(sweep):
     folder = sweep.path(sweep.submitter, "benchmarks", sweep.benchmark, "implementations", IMPLEMENTATION)
     os.makedirs(folder, exist_ok=True)
     text = (f"# {sweep.benchmark}: TensorFlow + Horovod (mlperf-hvd-suite)\n\n"
-            f"The code is the suite at git revision {files.git_revision()}; the entry point is "
+            f"The code is the suite at git revision {runfiles.git_revision()}; the entry point is "
             f"`python -m {sweep.model[0]}`.\n\nEach run was started as\n\n"
             f"    python -m suite.cluster.launch ... -- {shlex.join(sweep.model)} --preset PRESET "
             f"--run-dir DIR\n\n"

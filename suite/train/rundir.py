@@ -4,7 +4,7 @@ import platform
 import sys
 import time
 
-from suite.common.files import LOG_NAME, git_revision, write_json  # noqa: F401  (write_json: for callers)
+from suite.common.runfiles import LOG_NAME, git_revision, write_json  # noqa: F401  (write_json: for callers)
 
 
 class RunDirError(RuntimeError):
