@@ -41,6 +41,22 @@ def test_login_node_modules_load_neither_tensorflow_nor_horovod_nor_the_rank_sid
     assert result.stdout.strip() == "clean", result.stdout + result.stderr[-2000:]
 
 
+def test_the_rank_side_never_imports_the_login_node_side():
+    import suite.train
+    names = [m.name for m in pkgutil.walk_packages(suite.train.__path__, "suite.train.")]
+    names += [f"models.{model}.{part}" for model in ("resnet50", "bert")
+              for part in ("workload", "data", "model", "optim", "__main__")]
+    code = "\n".join([
+        "import importlib, sys",
+        f"for name in {names!r}:",
+        "    importlib.import_module(name)",
+        "print(sorted(m for m in sys.modules if m.startswith('suite.cluster')))",
+    ])
+    result = run([sys.executable, "-c", code], timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_the_list_of_login_node_modules_is_complete():
     # A new cluster module is covered by the test above without anyone adding it by hand.
     names = login_node_modules()
