@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import read_json, run
+from suite.common import busbw as bw
 from suite.train import allreduce as ar
 
 BANNER = "WARNING: ALLREDUCE BANDWIDTH FAR BELOW EXPECTATION"
@@ -40,7 +41,7 @@ def assert_consistent(data, world_size, sizes=(4 << 10, 4 << 20)):
     """Rows in increasing size, every figure positive and finite, bandwidths exactly from the times."""
     rows = data["rows"]
     got = [row["bytes"] for row in rows]
-    assert got == ar.message_sizes(sizes[0], sizes[1], 2) and got == sorted(set(got))
+    assert got == bw.message_sizes(sizes[0], sizes[1], 2) and got == sorted(set(got))
     for row in rows:
         assert row["correct"] is True, row
         for key in ("seconds", "time_us", "algbw_gbps", "effective_algbw_gbps"):
@@ -56,8 +57,8 @@ def assert_consistent(data, world_size, sizes=(4 << 10, 4 << 20)):
     assert data["hosts_count"] == 1 and len(data["hosts"]) == 1
     assert data["peak_busbw_gbps"] == max(row["busbw_gbps"] for row in rows)
     assert data["nccl_built"] is False  # the CPU build of this machine
-    table = ar.format_table(rows).splitlines()
-    assert len(table) == len(rows) + 1 and table[-1].split()[:2] == [ar.format_size(got[-1]), str(got[-1])]
+    table = bw.format_table(rows).splitlines()
+    assert len(table) == len(rows) + 1 and table[-1].split()[:2] == [bw.format_size(got[-1]), str(got[-1])]
 
 
 # ---- in-process: sizes, formulas, the result check, the warning ----
@@ -65,63 +66,63 @@ def assert_consistent(data, world_size, sizes=(4 << 10, 4 << 20)):
 @pytest.mark.parametrize("text, value", [("1K", 1024), ("4k", 4096), ("1M", 1 << 20), ("1G", 1 << 30),
                                          ("256", 256), (" 2M ", 2 << 20)])
 def test_parse_size(text, value):
-    assert ar.parse_size(text) == value
+    assert bw.parse_size(text) == value
 
 
 @pytest.mark.parametrize("text", ["1.5M", "1KB", "-4K", "0", "M", "4T", ""])
 def test_parse_size_refuses(text):
     with pytest.raises(Exception, match="invalid size"):
-        ar.parse_size(text)
+        bw.parse_size(text)
 
 
 def test_sizes_and_bandwidth_formulas():
-    assert ar.message_sizes(1024, 8192, 2) == [1024, 2048, 4096, 8192]
-    assert ar.message_sizes(1024, 10000, 4) == [1024, 4096]
-    assert ar.bus_factor(1) == 0.0 and ar.bus_factor(2) == 1.0 and ar.bus_factor(16) == 1.875
-    algbw, busbw = ar.bandwidths(2_000_000_000, 0.01, 16)
+    assert bw.message_sizes(1024, 8192, 2) == [1024, 2048, 4096, 8192]
+    assert bw.message_sizes(1024, 10000, 4) == [1024, 4096]
+    assert bw.bus_factor(1) == 0.0 and bw.bus_factor(2) == 1.0 and bw.bus_factor(16) == 1.875
+    algbw, busbw = bw.bandwidths(2_000_000_000, 0.01, 16)
     assert algbw == 200.0 and busbw == 375.0
-    assert ar.bandwidths(4096, 1e-3, 1)[1] == 0.0
-    assert ar.format_size(4096) == "4K" and ar.format_size(3 << 30) == "3G" and ar.format_size(100) == "100"
+    assert bw.bandwidths(4096, 1e-3, 1)[1] == 0.0
+    assert bw.format_size(4096) == "4K" and bw.format_size(3 << 30) == "3G" and bw.format_size(100) == "100"
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 8, 32])
 @pytest.mark.parametrize("op", ["sum", "average"])
 def test_check_accepts_the_true_result_and_rejects_wrong_ones(world, op):
     count = 1001
-    total = sum(np.float64(r + 1) * (np.arange(count) % ar.PERIOD + 1) for r in range(world))
+    total = sum(np.float64(r + 1) * (np.arange(count) % bw.PERIOD + 1) for r in range(world))
     good = (total if op == "sum" else total / world).astype(np.float32)
-    want = ar.expected_values(count, 0, world, op)
-    rel = ar.tolerance(world, op, "float32")
-    assert ar.check_values(good, want, rel)
+    want = bw.expected_values(count, 0, world, op)
+    rel = bw.tolerance(world, op, "float32")
+    assert bw.check_values(good, want, rel)
     # One rank missing, one element off by one unit, a NaN, a shifted buffer, a short buffer.
-    missing = good - (np.arange(count) % ar.PERIOD + 1) * (world if op == "sum" else 1.0)
+    missing = good - (np.arange(count) % bw.PERIOD + 1) * (world if op == "sum" else 1.0)
     off = good.copy()
     off[777] += 1.0
     nan = good.copy()
     nan[3] = np.nan
     for bad in (missing, off, nan, np.roll(good, 1), good[:-1]):
-        assert not ar.check_values(bad, want, rel)
+        assert not bw.check_values(bad, want, rel)
 
 
 def test_float16_sums_are_exact_up_to_36_ranks():
     # At 37 ranks the sum reaches 3 * 703 = 2109 and odd integers above 2048 have no float16.
-    assert ar.tolerance(32, "sum", "float16") == ar.tolerance(36, "sum", "float16") == 0.0
-    assert ar.tolerance(37, "sum", "float16") > 0.0
-    assert ar.tolerance(1024, "sum", "float32") == 0.0
-    assert ar.tolerance(2, "average", "float32") > 0.0
+    assert bw.tolerance(32, "sum", "float16") == bw.tolerance(36, "sum", "float16") == 0.0
+    assert bw.tolerance(37, "sum", "float16") > 0.0
+    assert bw.tolerance(1024, "sum", "float32") == 0.0
+    assert bw.tolerance(2, "average", "float32") > 0.0
 
 
 def test_expected_values_follow_offsets():
-    whole = ar.expected_values(10, 0, 2, "sum")
+    whole = bw.expected_values(10, 0, 2, "sum")
     assert whole.tolist() == [3, 6, 9, 12, 3, 6, 9, 12, 3, 6]
-    assert ar.expected_values(5, 3, 2, "sum").tolist() == whole[3:8].tolist()
+    assert bw.expected_values(5, 3, 2, "sum").tolist() == whole[3:8].tolist()
 
 
 def test_check_tensor_walks_every_slice(monkeypatch):
     """A wrong value in the last of several slices is found (the slices must line up with the pattern)."""
     import tensorflow as tf
     monkeypatch.setattr(ar, "CHECK_CHUNK", 8)
-    good = ar.expected_values(30, 0, 2, "sum")
+    good = bw.expected_values(30, 0, 2, "sum")
     assert ar.check_tensor(tf.constant(good), 2, "sum", "float32")
     bad = good.copy()
     bad[29] = 0.0
@@ -136,32 +137,32 @@ def rows_with_busbw(*busbw):
 
 def test_assess_warns_only_below_the_threshold():
     rows = rows_with_busbw(1.0, 50.0, 80.0, 95.0, 100.0)  # 1M .. 16M; "large" is 1M and up
-    summary, warning = ar.assess(rows, 185.0, 0.5, 16, True, {})
+    summary, warning = bw.assess(rows, 185.0, 0.5, 16, True, {})
     assert summary["status"] == "ok" and warning is None and summary["large_message_busbw_gbps"] == 100.0
-    summary, warning = ar.assess(rows, 250.0, 0.5, 16, True, {"NCCL_IB_HCA": "=mlx5_1"})
+    summary, warning = bw.assess(rows, 250.0, 0.5, 16, True, {"NCCL_IB_HCA": "=mlx5_1"})
     assert summary["status"] == "below expectation"
     assert "40.0% of the expected 250" in warning and "NCCL_IB_HCA==mlx5_1" in warning
     for cause in ("TCP", "NCCL_IB_GID_INDEX", "one NIC", "--max-bytes 1G"):
         assert cause in warning
     assert "built without NCCL" not in warning
-    assert "built without NCCL" in ar.assess(rows, 250.0, 0.5, 16, False, {})[1]
+    assert "built without NCCL" in bw.assess(rows, 250.0, 0.5, 16, False, {})[1]
     # One rank moves nothing: no network to judge, so no warning.
-    summary, warning = ar.assess(rows_with_busbw(0.0, 0.0), 185.0, 0.5, 1, True, {})
+    summary, warning = bw.assess(rows_with_busbw(0.0, 0.0), 185.0, 0.5, 1, True, {})
     assert warning is None and summary["status"].startswith("not compared")
-    assert ar.assess(rows, None, 0.5, 16, True, {}) == (None, None)
-    banner = ar.banner("line one\nline two").splitlines()
+    assert bw.assess(rows, None, 0.5, 16, True, {}) == (None, None)
+    banner = bw.banner("line one\nline two").splitlines()
     assert len(banner) == 5 and banner[1] == "!! " + BANNER and banner[0] == banner[-1] == "!" * 100
 
 
 def test_expectation_comes_from_the_profile_for_the_node_count():
     from suite.common import profiles
     oci = profiles.load("oci-bm-gpu-gm4-8")
-    assert ar.expectation(None, oci, 2) == (185.0, "profile oci-bm-gpu-gm4-8, 2 nodes")
-    value, why = ar.expectation(None, oci, 4)
+    assert bw.expectation(None, oci, 2) == (185.0, "profile oci-bm-gpu-gm4-8, 2 nodes")
+    value, why = bw.expectation(None, oci, 4)
     assert value is None and "no expected busbw for 4 nodes" in why and "node counts: 2" in why
     # The flag wins over the profile; without either there is nothing to compare.
-    assert ar.expectation(150.0, oci, 2) == (150.0, "--expect-busbw")
-    assert ar.expectation(None, None, 2) == (None, None)
+    assert bw.expectation(150.0, oci, 2) == (150.0, "--expect-busbw")
+    assert bw.expectation(None, None, 2) == (None, None)
 
 
 def test_the_launcher_hands_the_benchmark_its_profile():
