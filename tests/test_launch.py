@@ -1,7 +1,7 @@
 """The entry point trains unchanged under horovodrun (Gloo, MPI), mpirun and a single process.
 
 Plain `horovodrun -np 2` (Horovod's MPI controller) is the README's main job: tests/test_main_job.py
-asserts the same things on that run.
+asserts the same things on that run. Plain `mpirun` runs across two hosts in tests/test_two_hosts.py.
 """
 import os
 
@@ -13,13 +13,11 @@ from conftest import TINY, check_log, read_json, read_log, run, train_cmd
 EXTRA = {"horovodrun-gloo": ["--set", "fp16_allreduce=true"]}
 LAUNCHERS = {
     "horovodrun-gloo": ("horovodrun", "--gloo"),
-    "mpirun": ("mpirun",),
 }
 # What env.json records: the launcher seen from inside (horovodrun --mpi execs mpirun) and
 # the Horovod controller in use.
 SEEN_AS = {
     "horovodrun-gloo": ("horovodrun-gloo", "gloo"),
-    "mpirun": ("mpirun", "mpi"),
 }
 
 

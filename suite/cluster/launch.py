@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from suite.cluster import hostfile
+from suite.cluster import hostfile, preflight
 from suite.cluster.hostfile import Host, HostfileError
 from suite.common import profiles, runfiles
 from suite.common.profiles import ProfileError
@@ -58,7 +58,11 @@ def build_parser():
                        help="hosts in Horovod's '<host> slots=<N>' format ('#' comments allowed)")
     where.add_argument("-np", "--np", type=int, dest="np", help="number of processes (default: all slots)")
     where.add_argument("--skip-host-check", action="store_true",
-                       help="do not resolve the host names here (for names that resolve only on the nodes)")
+                       help="skip the host checks: names resolved here, and before a multi-host launch the "
+                            "probe of every host over SSH")
+    where.add_argument("--check-hosts", action="store_true",
+                       help="only check the hosts (SSH, same Python and suite, distinct names that resolve "
+                            "to link addresses, slots against GPUs), print what each said, and exit")
     where.add_argument("--nodes", type=int, help="srun without a hostfile: number of nodes")
     where.add_argument("--ntasks-per-node", type=int, help="srun without a hostfile: processes per node")
     how = parser.add_argument_group("how")
@@ -314,6 +318,12 @@ def main(argv=None):
             for key in sorted(plan.env):
                 print(f"{key}={plan.env[key]}")
             return 0
+        if args.check_hosts:
+            return check_hosts(plan, args, verbose=True)
+        if not args.skip_host_check and args.hostfile and preflight.is_multi_host(plan.hosts):
+            code = check_hosts(plan, args, verbose=False)
+            if code:
+                return code
         print(f"launch: {shlex.join(plan.command)}", file=sys.stderr, flush=True)
         started = time.time()
         code = run(plan)
@@ -323,6 +333,24 @@ def main(argv=None):
     if args.record:
         record(plan, args.record, False, code, round(time.time() - started, 1))
     return code
+
+
+def check_hosts(plan, args, verbose):
+    """The pre-flight probe of every host; prints each problem in one line and returns 0 or 2."""
+    reports, problems = preflight.check_hosts(plan.hosts, python=args.python, profile=plan.profile)
+    if verbose:
+        for report in reports:
+            if report.found:
+                found = report.found
+                print(f"host {report.name}: {found['hostname']}, resolves to {found['resolves_to']}, Python "
+                      f"{found['python']}, suite {found.get('revision')}")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        print("error: host check failed; fix the hosts above (or --skip-host-check to launch anyway)",
+              file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

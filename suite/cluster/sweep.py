@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from suite.cluster import hostfile, launch, results
+from suite.cluster import hostfile, launch, preflight, results
 from suite.cluster.hostfile import HostfileError
 from suite.cluster.launch import LaunchError
 from suite.common import profiles, runfiles
@@ -539,6 +539,8 @@ def execute(sweep, say):
     """Runs what is not done yet; returns 0, or raises SweepError / Interrupted."""
     manifest = load_manifest(sweep)
     save(sweep, manifest)
+    for scale in sweep.scales:
+        _check_hosts(sweep, scale)
     total, done = len(sweep.scales) * sweep.runs, 0
     for scale in sweep.scales:
         os.makedirs(sweep.results_dir(scale), exist_ok=True)
@@ -552,6 +554,19 @@ def execute(sweep, say):
     say(f"done: {total} runs in {sweep.path(sweep.submitter)}; "
         f"report: python -m suite.cluster.report {sweep.out}")
     return 0
+
+
+def _check_hosts(sweep, scale):
+    """The launcher's pre-flight of every host of a multi-host scale, before any run of the sweep starts."""
+    args = scale.launch_args
+    plan = launch.plan_launch(args, model_command(sweep, scale, 0))
+    if args.skip_host_check or not args.hostfile or not preflight.is_multi_host(plan.hosts):
+        return
+    _, problems = preflight.check_hosts(plan.hosts, python=args.python, profile=plan.profile)
+    if problems:
+        more = f" (and {len(problems) - 1} more: python -m suite.cluster.launch --check-hosts lists them)" \
+            if len(problems) > 1 else ""
+        raise SweepError(f"scale {scale.system}: {problems[0]}{more}")
 
 
 def _one_run(sweep, scale, index, manifest, say, counter):
