@@ -191,7 +191,8 @@ def test_check_writes_dataset_json_that_dataset_info_accepts(copy_of, capsys):
     assert _read_metadata_file(copy_of) == {
         "train_records": 24, "eval_records": 15, "num_classes": 3, "train_shards": 3, "eval_shards": 3,
         "source": "data_cli check --small", "bounding_boxes": True}
-    assert not [name for name in os.listdir(copy_of) if name.startswith(".")]  # no temporary file left
+    # No temporary file left (the atomic writer's name is dataset.json.tmp.<pid>).
+    assert not [name for name in os.listdir(copy_of) if name.startswith((".", "dataset.json.tmp"))]
     info = data.dataset_info(copy_of)
     assert (info.train_records, info.eval_records, info.num_classes, info.bounding_boxes) == (24, 15, 3, True)
     assert len(info.train_files) == 3 and len(info.eval_files) == 3

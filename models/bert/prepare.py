@@ -2,13 +2,13 @@
 write dataset.json) and of the phase-1 checkpoint, and a learnable generator in the exact format."""
 
 import hashlib
-import json
 import math
 import os
 
 import numpy as np
 
 import suite  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from suite.common import runfiles
 from suite.common.staging import split_evenly, staged_output
 import tensorflow as tf
 
@@ -168,13 +168,7 @@ def _checked_metadata(described, sampled):
 def write_metadata(data_dir: str, fields: dict) -> str:
     """Writes `data_dir`/dataset.json whole or not at all (a temporary file, then a rename); its path."""
     path = os.path.join(os.fspath(data_dir), METADATA_FILE)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        _write_json(temporary, fields)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    runfiles.write_json(path, fields)
     return path
 
 
@@ -358,12 +352,6 @@ def _shard_name(index, count):
     return f"part-{index:05d}-of-{count:05d}"
 
 
-def _write_json(path, fields):
-    with open(path, "w") as f:
-        json.dump(fields, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-
 def _write_split(folder, records, shards):
     """Writes the records in `shards` numbered files; returns their total size in bytes."""
     os.makedirs(folder)
@@ -482,8 +470,8 @@ def write_learnable_dataset(out_dir, *, vocab_size=128, seq_length=128, max_pred
         eval_bytes = _write_split(os.path.join(staging, EVAL_DIR), serialize(evals), eval_shards)
         with open(os.path.join(staging, VOCAB_FILE), "w") as f:
             f.writelines(f"{token}\n" for token in _vocabulary(vocab_size))
-        _write_json(os.path.join(staging, CONFIG_FILE), tiny_bert_config(vocab_size, seq_length))
-        _write_json(os.path.join(staging, METADATA_FILE), {
+        runfiles.write_json(os.path.join(staging, CONFIG_FILE), tiny_bert_config(vocab_size, seq_length))
+        runfiles.write_json(os.path.join(staging, METADATA_FILE), {
             "source": "learnable", "generated": True, "format": "MLPerf BERT pretraining TFRecords",
             "seed": seed, "seq_length": seq_length, "max_predictions": max_predictions,
             "vocab_size": vocab_size, "train_records": train_records, "eval_records": eval_records,

@@ -14,6 +14,7 @@ from concurrent import futures
 import numpy as np
 
 import suite  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from suite.common import runfiles
 from suite.common.staging import split_evenly, staged_output
 import tensorflow as tf
 
@@ -65,17 +66,8 @@ def _shard_path(out_dir, prefix, index, count):
 
 
 def _write_metadata(out_dir, **fields):
-    path = os.path.join(out_dir, METADATA_FILE)
-    # Written beside and renamed over, so a run never reads half a file (`check` writes it in place).
-    temporary = os.path.join(out_dir, f".{METADATA_FILE}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "w") as f:
-            json.dump(fields, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    # Atomic, so a run never reads half a file (`check` writes it into a live data directory).
+    runfiles.write_json(os.path.join(out_dir, METADATA_FILE), fields)
 
 
 def _write_tfrecords(path, records):

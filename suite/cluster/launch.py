@@ -320,7 +320,7 @@ def main(argv=None):
             return 0
         if args.check_hosts:
             return check_hosts(plan, args, verbose=True)
-        if not args.skip_host_check and args.hostfile and preflight.is_multi_host(plan.hosts):
+        if needs_host_check(args, plan):
             code = check_hosts(plan, args, verbose=False)
             if code:
                 return code
@@ -333,6 +333,11 @@ def main(argv=None):
     if args.record:
         record(plan, args.record, False, code, round(time.time() - started, 1))
     return code
+
+
+def needs_host_check(args, plan):
+    """Before a real launch on hosts named by a hostfile other than this one alone."""
+    return not args.skip_host_check and bool(args.hostfile) and preflight.is_multi_host(plan.hosts)
 
 
 def check_hosts(plan, args, verbose):

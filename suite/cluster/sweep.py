@@ -560,7 +560,7 @@ def _check_hosts(sweep, scale):
     """The launcher's pre-flight of every host of a multi-host scale, before any run of the sweep starts."""
     args = scale.launch_args
     plan = launch.plan_launch(args, model_command(sweep, scale, 0))
-    if args.skip_host_check or not args.hostfile or not preflight.is_multi_host(plan.hosts):
+    if not launch.needs_host_check(args, plan):
         return
     _, problems = preflight.check_hosts(plan.hosts, python=args.python, profile=plan.profile)
     if problems:

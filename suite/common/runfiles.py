@@ -7,12 +7,16 @@ LOG_NAME = "result_0.txt"
 
 
 def write_json(path, data):
-    """Writes atomically (temp file, then rename) so a crash never leaves half a file."""
+    """Writes atomically (temp file, then rename) so a crash never leaves half a file, nor the temp file."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True, default=str)
+            handle.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def git_revision():
