@@ -158,8 +158,9 @@ def test_expectation_comes_from_the_profile_for_the_node_count():
     from suite.common import profiles
     oci = profiles.load("oci-bm-gpu-gm4-8")
     assert bw.expectation(None, oci, 2) == (185.0, "profile oci-bm-gpu-gm4-8, 2 nodes")
-    value, why = bw.expectation(None, oci, 4)
-    assert value is None and "no expected busbw for 4 nodes" in why and "node counts: 2" in why
+    assert bw.expectation(None, oci, 1) == (235.0, "profile oci-bm-gpu-gm4-8, 1 node")
+    value, why = bw.expectation(None, oci, 8)
+    assert value is None and "no expected busbw for 8 nodes" in why and "node counts: 1, 2, 4" in why
     # The flag wins over the profile; without either there is nothing to compare.
     assert bw.expectation(150.0, oci, 2) == (150.0, "--expect-busbw")
     assert bw.expectation(None, None, 2) == (None, None)

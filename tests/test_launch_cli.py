@@ -10,6 +10,7 @@ import types
 import pytest
 
 from conftest import REPO, read_json, run
+from suite.common import profiles
 
 # The OCI BM.GPU.GM4.8 (A100-v2.8) settings, typed in from the sources rather than read from the
 # profile, so a drifting profile fails here (oracle-quickstart/oci-hpc-oke
@@ -26,8 +27,13 @@ OCI_ENV = {
     "NCCL_IGNORE_CPU_AFFINITY": "1",
     "UCX_NET_DEVICES": "mlx5_0:1",
 }
-# The OCI profile leaves MPI's TCP interface for the user to fill in.
-MPI_IFACE = ["--env", "OMPI_MCA_btl_tcp_if_include=eth0"]
+# The suite's own choices for the OCI profile: HCOLL off as a variable (the source passes it to
+# mpirun, which srun and the MPIJob would drop) and no silent fall-back to sockets.
+SUITE_OCI_ENV = {"OMPI_MCA_coll": "^hcoll", "NCCL_NET": "IB"}
+INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "OMPI_MCA_btl_tcp_if_include",
+                       "OMPI_MCA_oob_tcp_if_include")
+# The OCI profile leaves the front-end interface for the user to fill in.
+MPI_IFACE = ["--network-interface", "eth0"]
 OCI = ["--profile", "oci-bm-gpu-gm4-8", *MPI_IFACE]
 MODEL = ["--", "models.resnet50", "--preset", "closed_16xA100_gbs3264", "--data-dir", "/data/imagenet"]
 PROFILES = ("generic-infiniband", "local-cpu", "oci-bm-gpu-gm4-8", "tcp-only")
@@ -84,12 +90,26 @@ def test_horovodrun_dry_run_under_oci_profile(nodes, tmp_path):
     assert command[0] == "horovodrun"
     assert flag_value(command, "-np") == str(8 * nodes)
     assert flag_value(command, "-H") == hosts_of(nodes)
-    assert "--mpi-args=--mca coll '^hcoll'" in command
+    # horovodrun is told the interface, so it neither probes nor overrides the profile's variables.
+    assert flag_value(command, "--network-interfaces") == "eth0"
+    assert not [arg for arg in command if arg.startswith("--mpi-args")]
     # The model command follows the launcher's own flags, unchanged.
     assert command[-(len(MODEL) + 1):] == [sys.executable, "-m", *MODEL[1:]]
-    for key, value in OCI_ENV.items():
+    for key, value in {**OCI_ENV, **SUITE_OCI_ENV}.items():
         assert env.get(key) == value, key
-    assert env["OMPI_MCA_btl_tcp_if_include"] == "eth0"
+    assert {key: env[key] for key in INTERFACE_VARIABLES} == dict.fromkeys(INTERFACE_VARIABLES, "eth0")
+    # The ranks learn the profile, and that it is already applied.
+    assert env["SUITE_PROFILE"] == f"{REPO}/suite/common/profiles/oci-bm-gpu-gm4-8.yaml"
+    assert env["SUITE_PROFILE_RESOLVED"] == "1"
+
+
+def test_horovodrun_says_that_ucx_settings_do_not_apply(tmp_path):
+    result = launch("--dry-run", "--hostfile", node_hostfile(tmp_path, 2), *OCI, "--skip-host-check", *MODEL)
+    assert result.returncode == 0
+    assert "note: horovodrun's MPI path forces Open MPI's pml ob1" in result.stderr
+    result = launch("--dry-run", "--hostfile", node_hostfile(tmp_path, 2), *OCI, "--launcher", "mpirun",
+                    "--skip-host-check", *MODEL)
+    assert result.returncode == 0 and "pml ob1" not in result.stderr
 
 
 @pytest.mark.parametrize("nodes", [1, 2, 4])
@@ -118,6 +138,35 @@ def test_srun_dry_run(nodes, tmp_path):
     assert f"--nodelist={','.join('node-' + c for c in 'abcd'[:nodes])}" in command
     for key, value in OCI_ENV.items():
         assert env.get(key) == value, key
+
+
+def test_srun_runs_a_smaller_scale_on_the_nodes_it_fills(tmp_path):
+    """One node's worth of processes from a 4-node hostfile: -N 1, or Slurm spreads them over 4 nodes."""
+    command, _ = dry_run("--hostfile", node_hostfile(tmp_path, 4), "-np", "8", *OCI, "--launcher", "srun",
+                         "--skip-host-check", *MODEL)
+    assert command[:4] == ["srun", "--mpi=pmix", "-N", "1"]
+    assert "--ntasks=8" in command and "--nodelist=node-a" in command
+    command, _ = dry_run("--launcher", "srun", "--nodes", "4", "--ntasks-per-node", "8", "-np", "16", *OCI,
+                         *MODEL)
+    assert command[:4] == ["srun", "--mpi=pmix", "-N", "2"] and "--ntasks=16" in command
+
+
+def test_open_mpi_hostfile_forms(tmp_path):
+    """Open MPI's spellings are read; a bare host gets one slot per GPU of the profile."""
+    path = tmp_path / "hosts"
+    path.write_text("node-a slots = 8   # spaces round '='\nnode-b max_slots=8 slots=8\nnode-c\n")
+    command, _ = dry_run("--hostfile", str(path), *OCI, "--skip-host-check", *MODEL)
+    assert flag_value(command, "-H") == "node-a:8,node-b:8,node-c:8"
+    # Horovod's own -hostfile parser takes only '<host> slots=<N>': the printed form is what it reads.
+    from horovod.runner.common.util.hosts import parse_host_files
+    result = run([sys.executable, "-m", "suite.cluster.hostfile", str(path), "--default-slots", "8"])
+    assert result.returncode == 0, result.stderr
+    converted = tmp_path / "horovod-form"
+    converted.write_text(result.stdout)
+    assert parse_host_files(str(converted)) == "node-a:8,node-b:8,node-c:8"
+    # Without a default, a bare host is refused in one line.
+    result = run([sys.executable, "-m", "suite.cluster.hostfile", str(path)])
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {path}:3: host node-c gives no slots")
 
 
 def test_srun_takes_its_shape_from_flags_without_a_hostfile():
@@ -183,14 +232,15 @@ def test_a_profile_file_and_the_launch_record(tmp_path):
 
 
 def test_every_shipped_profile_loads():
-    from suite.common import profiles
     assert set(PROFILES) <= set(profiles.available())
     for name in PROFILES:
         profile = profiles.load(name)
         assert profile.name == name and profile.version >= 1
     oci = profiles.load("oci-bm-gpu-gm4-8")
-    assert oci.gpus_per_node == 8 and oci.expected_busbw_gbps == {2: 185.0}
-    assert oci.placeholders() == ["OMPI_MCA_btl_tcp_if_include"]
+    assert oci.gpus_per_node == 8 and oci.expected_busbw_gbps == {1: 235.0, 2: 185.0, 4: 185.0}
+    assert oci.placeholders() == sorted(INTERFACE_VARIABLES) and oci.uses_rdma
+    assert oci.mpi_args == () and oci.env["OMPI_MCA_coll"] == "^hcoll"
+    assert profiles.load("generic-infiniband").uses_rdma and not profiles.load("tcp-only").uses_rdma
     assert profiles.load("tcp-only").env["NCCL_IB_DISABLE"] == "1"
     assert not [k for k in profiles.load("local-cpu").env if k.startswith(("NCCL_", "UCX_"))]
 
@@ -200,7 +250,9 @@ def test_every_shipped_profile_loads():
 HOSTFILE_ERRORS = {
     "bad_slots": ("node-a slots=8\nnode-b slots=x\n", [":2:", "unknown syntax", "node-b slots=x"]),
     "gpus_keyword": ("node-a gpus=8\n", [":1:", "unknown syntax"]),
-    "extra_token": ("# header\nnode-a slots=8 max_slots=8\n", [":2:", "unknown syntax"]),
+    "extra_token": ("# header\nnode-a slots=8 cpus=8\n", [":2:", "unknown syntax"]),
+    "above_max_slots": ("node-a slots=8 max_slots=4\n", [":1:", "slots=8 above max_slots=4"]),
+    "slots_twice": ("node-a slots=8 slots=4\n", [":1:", "slots given twice"]),
     "zero_slots": ("node-a slots=0\n", [":1:", "slots must be positive"]),
     "duplicate": ("node-a slots=4\nnode-b slots=4\nNODE-A slots=4\n",
                   [":3:", "duplicate host NODE-A", "line 1"]),
@@ -251,12 +303,22 @@ def test_unknown_profile_lists_the_available_ones():
         assert name in line
 
 
-def test_profile_placeholder_must_be_filled():
+def test_profile_placeholder_must_be_filled(tmp_path):
     assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", "tcp-only", *MODEL),
-                          "NCCL_SOCKET_IFNAME", "placeholder", "--env NCCL_SOCKET_IFNAME=")
+                          "network_interface is a placeholder", "--network-interface <name>")
     _, env = dry_run("--hostfile", "hostfiles/localhost", "--profile", "tcp-only",
-                     "--env", "NCCL_SOCKET_IFNAME=ens3", *MODEL)
-    assert env == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "ens3"}
+                     "--network-interface", "ens3", *MODEL)
+    assert env == {"NCCL_IB_DISABLE": "1", **dict.fromkeys(INTERFACE_VARIABLES, "ens3"),
+                   "SUITE_PROFILE": profiles.load("tcp-only").path, "SUITE_PROFILE_RESOLVED": "1"}
+    # Other placeholders still name the variable and --env.
+    profile = f"{REPO}/suite/common/profiles/tcp-only.yaml"
+    with open(profile) as handle:
+        text = handle.read().replace('NCCL_IB_DISABLE: "1"', 'NCCL_IB_HCA: "REPLACE-ME-hca"')
+    edited = tmp_path / "tcp-edited.yaml"
+    edited.write_text(text.replace("name: tcp-only", "name: tcp-edited"))
+    assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", str(edited),
+                                 "--network-interface", "ens3", *MODEL),
+                          "NCCL_IB_HCA is a placeholder", "--env NCCL_IB_HCA=<value>")
 
 
 GOOD_PROFILE = "name: p\nversion: 1\ndescription: d\ngpus_per_node: 8\n"
@@ -269,6 +331,9 @@ PROFILE_ERRORS = {
     "mpi_args_string": (GOOD_PROFILE + "mpi_args: --mca pml ob1\n", ["mpi_args must be list"]),
     "missing_key": ("name: p\nversion: 1\ndescription: d\n", ["missing key 'gpus_per_node'"]),
     "not_yaml": (GOOD_PROFILE + "env: [unclosed\n", ["not valid YAML"]),
+    "interface_conflict": (GOOD_PROFILE + "network_interface: eth0\nenv: {NCCL_SOCKET_IFNAME: eth1}\n",
+                           ["env.NCCL_SOCKET_IFNAME (eth1) contradicts network_interface (eth0)"]),
+    "bad_interface": (GOOD_PROFILE + "network_interface: eth0 eth1\n", ["'eth0 eth1' is not an interface"]),
 }
 
 

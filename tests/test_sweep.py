@@ -15,7 +15,7 @@ from test_launch_cli import OCI_ENV, node_hostfile
 from suite.cluster import hostfile, sweep
 from suite.common import profiles
 
-OCI = ["--profile", "oci-bm-gpu-gm4-8", "--env", "OMPI_MCA_btl_tcp_if_include=eth0"]
+OCI = ["--profile", "oci-bm-gpu-gm4-8", "--network-interface", "eth0"]
 CLOSED = "8=closed_8xA100_gbs3264,16=closed_16xA100_gbs3264,32=closed_32xA100_gbs3264"
 LOCAL = ["--profile", "local-cpu", "--hostfile", "hostfiles/localhost", "--scales", "1,2",
          "--preset", "sweep_cpu"]
@@ -73,7 +73,8 @@ def test_dry_run_localhost_lists_every_run():
             sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
             assert sets == [f"submission_org={SUBMITTER}", f"submission_platform={system}",
                             "submission_status=onprem"]
-        assert env == {}  # local-cpu sets nothing
+        # local-cpu sets nothing; the ranks learn which profile the launcher applied.
+        assert env == {"SUITE_PROFILE": profiles.load("local-cpu").path, "SUITE_PROFILE_RESOLVED": "1"}
     assert not os.path.exists("/tmp/never-written")
 
 
@@ -95,7 +96,7 @@ def test_dry_run_for_1_2_4_nodes_under_the_oci_profile(tmp_path):
         for command in commands:
             assert command[0] == "horovodrun" and flag(command, "-np") == str(np)
             assert flag(command, "-H") == ",".join(f"node-{c}:8" for c in "abcd"[:nodes])
-            assert "--mpi-args=--mca coll '^hcoll'" in command
+            assert flag(command, "--network-interfaces") == "eth0"
         for index, command in enumerate(runs):
             assert flag(command, "--preset") == f"closed_{np}xA100_gbs3264"
             assert flag(command, "--run-dir") == str(tmp_path / "out" / "runs" / system / f"run_{index}")
@@ -134,7 +135,7 @@ BAD = {
     "placeholder_host": (["--profile", "local-cpu", "--hostfiles", "hostfiles/2node",
                           "--preset", "sweep_cpu"], ["hostfiles/2node:1", "placeholder"]),
     "profile_placeholder": (["--profile", "oci-bm-gpu-gm4-8", "--hostfile", "hostfiles/localhost", "--scales",
-                             "1", "--preset", "sweep_cpu"], ["OMPI_MCA_btl_tcp_if_include", "placeholder"]),
+                             "1", "--preset", "sweep_cpu"], ["network_interface is a placeholder"]),
 }
 BAD_MODEL = {
     "run_dir_after_dashes": (["--run-dir", "x"], ["--run-dir after --"]),
@@ -205,9 +206,9 @@ def test_a_folder_that_is_not_a_sweep_is_left_alone(tmp_path):
 
 def test_hosts_used_fill_slots_in_order():
     hosts = [hostfile.Host("a", 8), hostfile.Host("b", 8), hostfile.Host("c", 8)]
-    assert [h.name for h in sweep.hosts_used(hosts, 8)] == ["a"]
-    assert [h.name for h in sweep.hosts_used(hosts, 9)] == ["a", "b"]
-    assert [h.name for h in sweep.hosts_used(hosts, 24)] == ["a", "b", "c"]
+    assert [h.name for h in hostfile.hosts_used(hosts, 8)] == ["a"]
+    assert [h.name for h in hostfile.hosts_used(hosts, 9)] == ["a", "b"]
+    assert [h.name for h in hostfile.hosts_used(hosts, 24)] == ["a", "b", "c"]
 
 
 def test_system_description_passes_the_checker(tmp_path):

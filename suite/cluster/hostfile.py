@@ -1,12 +1,21 @@
-"""Hostfiles in Horovod's `<host> slots=<N>` format: parsing and checks before anything is launched."""
+"""Hostfiles: Open MPI's forms read, checked before anything is launched, and Horovod's form written.
+
+Open MPI takes `<host>`, `<host> slots=<N>`, `<host> slots = <N>` and `max_slots=<M>`; Horovod's own
+parser (horovod/runner/common/util/hosts.py, parse_host_files) takes only `<host> slots=<N>` with no
+comments or blank lines. The launcher therefore never hands Horovod the file: it passes `-H
+host:slots,...`, and `python -m suite.cluster.hostfile FILE` prints the Horovod form for raw use.
+"""
+import argparse
 import re
 import socket
+import sys
 from dataclasses import dataclass
 
 PLACEHOLDER = "REPLACE-ME"
-# One host a line. Horovod's own parser takes nothing else; `#` comments and blank lines are
-# skipped here, which is why the launcher hands Horovod `-H host:slots,...` and never the file.
-LINE = re.compile(r"^(?P<name>\S+)\s+slots=(?P<slots>[+-]?\d+)$")
+# One host a line, `#` comments and blank lines skipped.
+NAME = re.compile(r"^(?P<name>[^\s=]+)(?P<rest>.*)$")
+SETTING = re.compile(r"\s*(?P<key>[A-Za-z_-]+)\s*=\s*(?P<value>[+-]?\d+)")
+KEYS = {"slots": "slots", "max_slots": "max_slots", "max-slots": "max_slots"}
 
 
 class HostfileError(ValueError):
@@ -23,8 +32,8 @@ class Host:
         return f"{self.name}:{self.slots}"
 
 
-def parse(path):
-    """The hosts of a hostfile, in file order."""
+def parse(path, default_slots=None):
+    """The hosts of a hostfile, in file order; a bare host line gets default_slots (GPUs per node)."""
     try:
         with open(path) as handle:
             lines = handle.read().splitlines()
@@ -34,7 +43,7 @@ def parse(path):
     for number, raw in enumerate(lines, start=1):
         text = raw.split("#", 1)[0].strip()
         if text:
-            host = _parse_line(path, number, text)
+            host = _parse_line(path, number, text, default_slots)
             _check_duplicate(path, host, seen)
             hosts.append(host)
     if not hosts:
@@ -42,17 +51,41 @@ def parse(path):
     return hosts
 
 
-def _parse_line(path, number, text):
-    match = LINE.match(text)
-    if not match:
-        raise HostfileError(f"{path}:{number}: unknown syntax {text!r}; expected '<host> slots=<N>'")
-    name, slots = match["name"], int(match["slots"])
-    if slots <= 0:
-        raise HostfileError(f"{path}:{number}: host {name} has slots={slots}; slots must be positive")
+def _parse_line(path, number, text, default_slots):
+    where = f"{path}:{number}"
+    match = NAME.match(text)
+    settings = _settings(where, text, match["rest"]) if match else None
+    if settings is None:
+        raise HostfileError(f"{where}: unknown syntax {text!r}; expected '<host> slots=<N>' "
+                            f"(Open MPI's max_slots=<M> allowed)")
+    name = match["name"]
     if ":" in name or "," in name:
         # Both would break Horovod's and Open MPI's `-H host:slots,...` lists.
-        raise HostfileError(f"{path}:{number}: host name {name!r} may not contain ':' or ','")
+        raise HostfileError(f"{where}: host name {name!r} may not contain ':' or ','")
+    slots = settings.get("slots", default_slots)
+    if slots is None:
+        raise HostfileError(f"{where}: host {name} gives no slots; add slots=<N> (the suite runs one rank "
+                            f"per slot; Open MPI alone would count the cores)")
+    if slots <= 0:
+        raise HostfileError(f"{where}: host {name} has slots={slots}; slots must be positive")
+    if slots > settings.get("max_slots", slots):
+        raise HostfileError(f"{where}: host {name} has slots={slots} above max_slots={settings['max_slots']}")
     return Host(name, slots, number)
+
+
+def _settings(where, text, rest):
+    """{'slots': N, 'max_slots': M} from the text after the host name, or None if it is not that."""
+    settings = {}
+    while rest.strip():
+        match = SETTING.match(rest)
+        if not match or match["key"] not in KEYS:
+            return None
+        key = KEYS[match["key"]]
+        if key in settings:
+            raise HostfileError(f"{where}: {key} given twice in {text!r}")
+        settings[key] = int(match["value"])
+        rest = rest[match.end():]
+    return settings
 
 
 def _check_duplicate(path, host, seen):
@@ -65,6 +98,22 @@ def _check_duplicate(path, host, seen):
 
 def total_slots(hosts):
     return sum(host.slots for host in hosts)
+
+
+def hosts_used(hosts, np):
+    """The hosts that get ranks when np processes fill the slots in order (Horovod's and mpirun's -H)."""
+    used, filled = [], 0
+    for host in hosts:
+        if filled >= np:
+            break
+        used.append(host)
+        filled += host.slots
+    return used
+
+
+def horovod_form(hosts):
+    """The file text Horovod's own -hostfile parser reads: `<host> slots=<N>` lines and nothing else."""
+    return "".join(f"{host.name} slots={host.slots}\n" for host in hosts)
 
 
 def host_list(hosts):
@@ -99,3 +148,26 @@ def _resolve(path, host):
 
 def _where(path, host):
     return f"{path}:{host.line}" if host.line else path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m suite.cluster.hostfile",
+        description="Checks a hostfile (Open MPI's forms) and prints it in the form horovodrun's -hostfile "
+                    "reads, e.g. horovodrun -hostfile <(python -m suite.cluster.hostfile FILE) ...")
+    parser.add_argument("hostfile")
+    parser.add_argument("--default-slots", type=int,
+                        help="slots for a host line that gives none (e.g. the GPUs per node)")
+    args = parser.parse_args(argv)
+    try:
+        hosts = parse(args.hostfile, args.default_slots)
+        validate(hosts, total_slots(hosts), args.hostfile, check_names=False)
+    except HostfileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    sys.stdout.write(horovod_form(hosts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

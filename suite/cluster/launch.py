@@ -63,6 +63,10 @@ def build_parser():
     where.add_argument("--check-hosts", action="store_true",
                        help="only check the hosts (SSH, same Python and suite, distinct names that resolve "
                             "to link addresses, slots against GPUs), print what each said, and exit")
+    where.add_argument("--network-interface", metavar="NAME",
+                       help="the nodes' front-end interface (overrides the profile's network_interface): "
+                            "horovodrun --network-interfaces, NCCL_SOCKET_IFNAME, Gloo's and Open MPI's "
+                            "TCP interface")
     where.add_argument("--nodes", type=int, help="srun without a hostfile: number of nodes")
     where.add_argument("--ntasks-per-node", type=int, help="srun without a hostfile: processes per node")
     how = parser.add_argument_group("how")
@@ -108,25 +112,30 @@ def plan_launch(args, model):
     if not args.profile:
         raise LaunchError(f"choose a cluster profile with --profile: {', '.join(profiles.available())}")
     profile = profiles.load(args.profile)
-    hosts, source = _hosts(args)
+    if args.network_interface:
+        profile = profiles.with_interface(profile, args.network_interface)
+    hosts, source = _hosts(args, profile)
     np = args.np if args.np is not None else hostfile.total_slots(hosts)
     hostfile.validate(hosts, np, source, check_names=args.hostfile is not None and not args.skip_host_check)
     _check_gpus(hosts, profile)
     env = {**profile.env, **_env_overrides(args.env)}
     _check_placeholders(profile, env)
     env.update(tuning_env(profile.horovod, args))
-    plan = Plan(args.launcher, [], env, np, hosts, profile)
+    # The ranks learn their profile (env.json records it) and that this launcher has applied it.
+    env.update({profiles.PROFILE_VARIABLE: profile.path, profiles.RESOLVED_VARIABLE: "1"})
+    plan = Plan(args.launcher, [], env, np, hostfile.hosts_used(hosts, np), profile)
     worker = worker_command(args.python, with_profile(model, profile))
     builders = {"horovodrun": _horovodrun, "mpirun": _mpirun, "srun": _srun}
     plan.command = builders[args.launcher](plan, args, worker)
     return plan
 
 
-def _hosts(args):
+def _hosts(args, profile):
     if args.hostfile:
         if args.nodes or args.ntasks_per_node:
             raise LaunchError("give either --hostfile or --nodes/--ntasks-per-node, not both")
-        return hostfile.parse(args.hostfile), args.hostfile
+        # A bare host line (Open MPI's form) gets one slot per GPU of the profile.
+        return hostfile.parse(args.hostfile, profile.gpus_per_node or None), args.hostfile
     if args.launcher != "srun":
         raise LaunchError(f"{args.launcher} needs --hostfile (only srun can take its hosts from Slurm)")
     if not args.nodes or not args.ntasks_per_node:
@@ -160,8 +169,7 @@ def _env_overrides(items):
 def _check_placeholders(profile, env):
     for key, value in sorted(env.items()):
         if profiles.PLACEHOLDER in value:
-            raise LaunchError(f"profile {profile.name} ({profile.path}): {key} is a placeholder ({value}); "
-                              f"edit the profile or pass --env {key}=<value>")
+            raise LaunchError(profiles.placeholder_problem(profile, key, lambda flag, v: f"pass {flag} {v}"))
 
 
 def tuning_env(horovod, args):
@@ -172,17 +180,7 @@ def tuning_env(horovod, args):
     timeline = args.timeline or (_default_timeline(args) if horovod.timeline else None)
     if fusion is not None and fusion < 0 or cycle is not None and cycle <= 0:
         raise LaunchError("--fusion-threshold-mb must be >= 0 and --cycle-time-ms > 0")
-    env = {}
-    # The same conversions horovodrun applies to its own flags (config_parser.set_env_from_args).
-    if fusion is not None:
-        env["HOROVOD_FUSION_THRESHOLD"] = str(fusion * 1024 * 1024)
-    if cycle is not None:
-        env["HOROVOD_CYCLE_TIME"] = str(float(cycle))
-    if hierarchical is not None:
-        env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1" if hierarchical else "0"
-    if timeline:
-        env["HOROVOD_TIMELINE"] = os.path.abspath(timeline)
-    return env
+    return profiles.horovod_env(fusion, cycle, hierarchical, timeline)
 
 
 def _pick(flag, profile_value):
@@ -212,6 +210,13 @@ def _horovodrun(plan, args, worker):
     command = ["horovodrun", "-np", str(plan.np), "-H", hostfile.host_list(plan.hosts)]
     if args.controller:
         command.append(f"--{args.controller}")
+    if plan.profile.network_interface:
+        # Without it horovodrun probes every interface of every host over SSH and puts its own pick
+        # on mpirun's command line, where it beats the profile's variables.
+        command += ["--network-interfaces", plan.profile.network_interface]
+    if args.controller != "gloo" and any(key.startswith("UCX_") for key in plan.env):
+        plan.notes.append("horovodrun's MPI path forces Open MPI's pml ob1 (TCP), so the UCX_* settings "
+                          "do not apply; --launcher mpirun lets Open MPI use UCX")
     if plan.profile.mpi_args:
         if args.controller == "gloo":
             plan.notes.append("the profile's mpi_args do not apply under --controller gloo")
@@ -259,7 +264,10 @@ def _srun(plan, args, worker):
                           f"slots {', '.join(str(s) for s in sorted(slots))}")
     if plan.profile.mpi_args:
         plan.notes.append("the profile's mpi_args do not apply under srun")
-    command = ["srun", "--mpi=pmix", "-N", str(len(plan.hosts)), f"--ntasks-per-node={slots.pop()}",
+    per_node = slots.pop()
+    nodes = -(-plan.np // per_node)
+    # -N must be the nodes this process count fills: Slurm spreads --ntasks over every node -N gives.
+    command = ["srun", "--mpi=pmix", "-N", str(nodes), f"--ntasks-per-node={per_node}",
                f"--ntasks={plan.np}", "--cpu-bind=none", "--export=ALL"]
     if args.hostfile:
         command.append("--nodelist=" + ",".join(host.name for host in plan.hosts))

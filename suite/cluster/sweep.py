@@ -225,7 +225,8 @@ def plan_sweep(args, passthrough, model):
     presets = _presets_by_np(args)
     known = getattr(model_presets, "PRESETS", None)
     prefix = args.system_prefix or profile.name
-    scales = [_scale(np, path, presets, known, prefix) for path, np in _scale_specs(args)]
+    scales = [_scale(np, path, presets, known, prefix, profile.gpus_per_node or None)
+              for path, np in _scale_specs(args)]
     _check_distinct(scales)
     sweep = Sweep(out=os.path.abspath(args.out), model=model, benchmark=benchmark, runs=runs,
                   submitter=args.submitter, status=args.status, profile=profile, scales=scales,
@@ -318,8 +319,8 @@ def _presets_by_np(args):
     return table
 
 
-def _scale(np, path, presets, known, prefix):
-    hosts = hostfile.parse(path)
+def _scale(np, path, presets, known, prefix, default_slots):
+    hosts = hostfile.parse(path, default_slots)
     np = hostfile.total_slots(hosts) if np is None else np
     preset = presets.get(None) or presets.get(np)
     if preset is None:
@@ -327,19 +328,8 @@ def _scale(np, path, presets, known, prefix):
                          f"it has {', '.join(str(n) for n in sorted(presets))}")
     if known is not None and preset not in known:
         raise SweepError(f"unknown preset {preset!r} for {np} processes; available: {', '.join(known)}")
-    used = hosts_used(hosts, np)
+    used = hostfile.hosts_used(hosts, np)
     return Scale(np=np, hostfile=path, hosts=used, preset=preset, system=f"{prefix}_n{len(used)}_np{np}")
-
-
-def hosts_used(hosts, np):
-    """The hosts that get ranks when np processes fill the slots in order (Horovod's and mpirun's -H)."""
-    used, filled = [], 0
-    for host in hosts:
-        if filled >= np:
-            break
-        used.append(host)
-        filled += host.slots
-    return used
 
 
 def _check_distinct(scales):

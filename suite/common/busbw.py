@@ -20,6 +20,11 @@ LARGE_SPAN = 16
 # Below this largest size a plateau is unlikely even on a healthy network.
 PLATEAU_BYTES = 256 << 20
 
+# Below this share of the expected bus bandwidth a measurement warns (the allreduce benchmark and the
+# models' pre-run probe alike). It leaves room for run-to-run noise, while a fall-back to TCP sockets,
+# several times slower, lands far below it.
+WARN_BELOW = 0.8
+
 
 def parse_size(text):
     """'4K' -> 4096: a positive integer with an optional binary K, M or G suffix."""

@@ -42,9 +42,9 @@ import time
 
 import numpy as np
 
-from suite.common.busbw import (GB, ITEMSIZE, PERIOD, TABLE_HEAD, assess, bandwidths, banner, bus_factor,
-                                expectation, expected_values, check_values, format_row, format_size,
-                                message_sizes, parse_size, peak, tolerance, wire_dtype)
+from suite.common.busbw import (GB, ITEMSIZE, PERIOD, TABLE_HEAD, WARN_BELOW, assess, bandwidths, banner,
+                                bus_factor, check_values, expectation, expected_values, format_row,
+                                format_size, message_sizes, parse_size, peak, tolerance, wire_dtype)
 from suite.train.runner import env_rank
 
 # Defaults for --max-bytes: a GPU job goes to 1 GiB like nccl-tests; on CPU (tests, laptops)
@@ -110,9 +110,9 @@ def build_parser():
     parser.add_argument("--profile", metavar="NAME|FILE",
                         help="cluster profile: its expected_busbw_gbps for the job's node count is the "
                              "expectation (--expect-busbw wins); suite.cluster.launch passes its own profile")
-    parser.add_argument("--warn-below", type=_positive_float, default=0.5, metavar="FRACTION",
+    parser.add_argument("--warn-below", type=_positive_float, default=WARN_BELOW, metavar="FRACTION",
                         help="warn when large-message busbw is below this share of --expect-busbw "
-                             "(default 0.5)")
+                             f"(default {WARN_BELOW}, as the models' pre-run probe)")
     return parser
 
 
@@ -143,7 +143,11 @@ def _load_profile(name):
         return None
     from suite.common import profiles
     try:
-        return profiles.load(name)
+        profile = profiles.load(name)
+        # As the models do: the profile's NCCL/Open MPI/Horovod settings reach this process before
+        # Horovod starts, also under a raw horovodrun or mpirun.
+        profiles.apply(profile, os.environ)
+        return profile
     except profiles.ProfileError as err:
         raise UsageError(f"--profile: {err}") from None
 

@@ -196,6 +196,10 @@ def seed_per_rank(seed, rank):
     tf.keras.utils.set_random_seed((seed + rank) % 2**31)
 
 
+def nccl_built():
+    return bool(hvd.nccl_built())
+
+
 def barrier(name):
     """Returns once every rank has reached it."""
     # Horovod: a one-element allreduce completes only when every rank has submitted it.

@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+from suite.common import profiles
 from suite.common.config import ConfigError, describe_fields, resolve, to_dict
 
 
@@ -34,6 +35,17 @@ def build_parser(spec):
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting; repeatable")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    cluster = parser.add_argument_group("cluster")
+    cluster.add_argument("--profile", default=os.environ.get(profiles.PROFILE_VARIABLE) or None,
+                         metavar="NAME|FILE",
+                         help=f"cluster profile ({', '.join(profiles.available())}, or a YAML file): its "
+                              f"NCCL, UCX, Open MPI and Horovod settings are put into this process's "
+                              f"environment before Horovod starts, so a raw horovodrun/mpirun/srun gets what "
+                              f"suite.cluster.launch gives (default: ${profiles.PROFILE_VARIABLE})")
+    cluster.add_argument("--require-rdma", action="store_true",
+                         help="stop before run_start unless every rank's NCCL uses RDMA between the nodes "
+                              "and a short allreduce probe reaches 0.8 of the profile's expected bus "
+                              "bandwidth (without it, both are checked and only warned about)")
     return parser
 
 
@@ -55,8 +67,21 @@ def main(spec, argv=None):
         if rank == 0:
             print(json.dumps(to_dict(config), indent=2, sort_keys=True))
         return 0
-    from suite.train.session import run
-    return run(spec, config, args.preset, args.run_dir)
+    try:
+        profile, record = apply_profile(args.profile)
+    except profiles.ProfileError as err:
+        return _fail(rank, err, code=2)
+    from suite.train.session import Options, run
+    return run(spec, config, args.preset, args.run_dir,
+               Options(profile=profile, profile_record=record, require_rdma=args.require_rdma))
+
+
+def apply_profile(name_or_path, environ=os.environ):
+    """(profile, what applying it did), or (None, None); before Horovod, MPI or NCCL read anything."""
+    if not name_or_path:
+        return None, None
+    profile = profiles.load(name_or_path)
+    return profile, profiles.apply(profile, environ)
 
 
 def _fail(rank, err, code):

@@ -5,24 +5,34 @@ import random
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
 from suite.common.config import to_dict
 from suite.common.workload import Division
-from suite.train import dist, rundir
+from suite.train import dist, network, rundir
 from suite.train.loop import train
 from suite.train.mlperf import ABORTED, MLPerfLog
 
 # Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts, a
 # missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.
-USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError)
+USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError, network.NetworkError)
 
 # How long a failed non-root rank stays up once training has started. Rank 0 learns of the
 # failure only at its next collective, and the first step may still be tracing or compiling
 # (15 s on two CPU cores, longer with XLA); it then writes run_stop and exits, and the launcher
 # ends this process early. A fixed few seconds let the launcher kill rank 0 with its log open.
 PEER_GRACE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the job was set up around the config: its cluster profile and the network it demands."""
+
+    profile: object = None          # suite.common.profiles.Profile, or None
+    profile_record: dict = None     # what applying it did (profiles.apply)
+    require_rdma: bool = False
 
 
 class _Run:
@@ -36,19 +46,24 @@ class _Run:
         self.job = None
 
 
-def run(spec, config, preset, run_dir=None):
+def run(spec, config, preset, run_dir=None, options=Options()):
     """Runs the benchmark and returns the exit code (0 success or budget reached, 1 failure)."""
     state = _Run()
     try:
-        return _run(spec, config, preset, run_dir, state)
+        return _run(spec, config, preset, run_dir, state, options)
     except BaseException as err:  # noqa: BLE001 - every failure must close the log and free the others
         return _abort(spec, state, err)
 
 
-def _run(spec, config, preset, run_dir, state):
+def _run(spec, config, preset, run_dir, state, options):
     started = time.time()
     state.world = world = dist.initialize()
+    # Before the first collective on the GPU, which is when NCCL starts and reads its variables.
+    nccl_log = network.NcclLog(os.environ) if world.device != "cpu" and dist.nccl_built() else None
     say = _say if world.is_root else _silent
+    if world.cross_size > 1 and options.profile is None:
+        _warn(world, "warning: a multi-host run with no cluster profile (--profile or SUITE_PROFILE): NCCL "
+                     "and MPI pick their own NICs, traffic class and GID index, and may run over TCP")
     seed = config.seed if config.seed >= 0 else dist.broadcast_value(draw_seed(), "seed")
     state.run_dir = run_dir = dist.broadcast_value(run_dir or rundir.default_run_dir(preset),
                                                    "run_dir")
@@ -72,12 +87,15 @@ def _run(spec, config, preset, run_dir, state):
     log.weights_initialization(job.tensor_names)
     ranks = dist.allgather_object({"rank": world.rank, "host": world.host, "local_rank": world.local_rank,
                                    "pid": os.getpid()}, "ranks")
+    net = _check_network(world, ranks, nccl_log, options)
     if world.is_root:
         rundir.write_json(os.path.join(run_dir, "config.json"),
                           {"preset": preset, "config": to_dict(config), "seed": seed,
                            "division": job.division.name, "open_reasons": list(job.division.reasons),
                            **job.details})
-        rundir.write_json(os.path.join(run_dir, "env.json"), rundir.environment(world, ranks))
+        rundir.write_json(os.path.join(run_dir, "env.json"),
+                          {**rundir.environment(world, ranks), "profile": options.profile_record,
+                           "network": net})
     if job.division.reasons:
         say(f"open division: {'; '.join(job.division.reasons)}")
 
@@ -94,6 +112,32 @@ def _run(spec, config, preset, run_dir, state):
         say(f"summary:    {os.path.join(run_dir, 'summary.json')}")
     log.close()
     return 0
+
+
+def _check_network(world, ranks, nccl_log, options):
+    """Untimed, before run_start: the transport every rank's NCCL chose and a short allreduce probe.
+
+    Runs where there is a network to learn about: GPU runs of more than one rank, any multi-host
+    run, and whenever --require-rdma asks. Returns the env.json record (None when skipped).
+    """
+    nodes = len({r["host"] for r in ranks})
+    if world.size == 1 or (world.device == "cpu" and nodes == 1 and not options.require_rdma):
+        return None
+    row = network.probe(dist.hvd, world)
+    mine = nccl_log.read(world.host, os.getpid()) if nccl_log else None
+    transports = dist.allgather_object(mine, "nccl_transport")
+    library = "nccl" if nccl_log else world.controller
+    record, warnings = network.assess(transports, row, options.profile, nodes, library)
+    for line in warnings:
+        _warn(world, f"warning: {line}")
+    if options.require_rdma:
+        network.check_required(record, warnings)
+    return record
+
+
+def _warn(world, line):
+    if world.is_root:
+        _write(sys.stderr, line)
 
 
 def _summary(spec, job, world, outcome, per_rank, seed, wall_seconds):

@@ -1,4 +1,5 @@
 """Cluster profiles: named, versioned YAML files of NCCL/UCX/Open MPI settings and Horovod tuning."""
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -6,6 +7,18 @@ from dataclasses import dataclass, field
 HERE = os.path.dirname(os.path.abspath(__file__))
 PLACEHOLDER = "REPLACE-ME"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A network interface name as `ip link` shows it (placeholders included, so they reach the launcher's
+# one-line refusal); Linux allows up to 15 characters, NCCL and Open MPI take it as it is.
+INTERFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,40}$")
+# What each launcher and library reads to pick the network for its own traffic. Horovod's runner sets
+# the same four from --network-interfaces (horovod/runner/gloo_run.py, horovod/runner/mpi_run.py);
+# oob_tcp_if_include keeps Open MPI's daemons on it too. One setting drives them all, so no launch
+# path can end up with NCCL's bootstrap on one NIC and MPI on another.
+INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "OMPI_MCA_btl_tcp_if_include",
+                       "OMPI_MCA_oob_tcp_if_include")
+# The variable through which a job's processes learn their profile (horovodrun and the suite's
+# launcher forward the environment to every rank).
+PROFILE_VARIABLE = "SUITE_PROFILE"
 
 # key: (type(s) accepted, required). bool is checked apart: YAML `yes` must not pass as a number.
 TOP_KEYS = {
@@ -13,6 +26,7 @@ TOP_KEYS = {
     "version": (int, True),
     "description": (str, True),
     "gpus_per_node": (int, True),
+    "network_interface": (str, False),
     "env": (dict, False),
     "mpi_args": (list, False),
     "horovod": (dict, False),
@@ -47,6 +61,9 @@ class Profile:
     description: str
     gpus_per_node: int
     path: str
+    # The nodes' front-end interface: Gloo, MPI's TCP traffic and NCCL's bootstrap sockets use it.
+    network_interface: str | None = None
+    # The YAML's env plus the variables that network_interface implies.
     env: dict = field(default_factory=dict)
     mpi_args: tuple = ()
     horovod: Horovod = Horovod()
@@ -56,6 +73,11 @@ class Profile:
     def placeholders(self):
         """Env variables whose value the user still has to fill in."""
         return sorted(key for key, value in self.env.items() if PLACEHOLDER in value)
+
+    @property
+    def uses_rdma(self):
+        """True when the profile tells NCCL to use its InfiniBand/RoCE transport and nothing else."""
+        return self.env.get("NCCL_NET") == "IB"
 
 
 def available():
@@ -78,10 +100,11 @@ def load(name_or_path):
 def _load_file(path, expect_name):
     data = read_yaml(path)
     _check_keys(path, data)
+    interface = _interface(path, data.get("network_interface"))
     profile = Profile(
         name=data["name"], version=data["version"], description=data["description"],
-        gpus_per_node=data["gpus_per_node"], path=path,
-        env=_env(path, data.get("env") or {}),
+        gpus_per_node=data["gpus_per_node"], path=os.path.abspath(path), network_interface=interface,
+        env=_with_interface(path, _env(path, data.get("env") or {}), interface),
         mpi_args=_mpi_args(path, data.get("mpi_args") or []),
         horovod=_horovod(path, data.get("horovod") or {}),
         expected_busbw_gbps=_busbw(path, data.get("expected_busbw_gbps") or {}))
@@ -142,6 +165,59 @@ def _env(path, env):
     return result
 
 
+def _interface(path, name):
+    if name is not None and not INTERFACE.match(name):
+        raise ProfileError(f"profile {path}: network_interface {name!r} is not an interface name "
+                           f"(one name, e.g. eth0, as `ip link` shows it)")
+    return name
+
+
+def _with_interface(path, env, interface):
+    if interface is None:
+        return env
+    for key in INTERFACE_VARIABLES:
+        if key in env and env[key] != interface:
+            raise ProfileError(f"profile {path}: env.{key} ({env[key]}) contradicts network_interface "
+                               f"({interface}); set only network_interface")
+    return {**env, **{key: interface for key in INTERFACE_VARIABLES}}
+
+
+def with_interface(profile, name):
+    """The profile with another front-end interface (the launchers' --network-interface)."""
+    name = _interface("--network-interface", name)
+    own = {key: value for key, value in profile.env.items() if key not in INTERFACE_VARIABLES}
+    return dataclasses.replace(profile, network_interface=name, env=_with_interface(profile.path, own, name))
+
+
+def placeholder_problem(profile, key, fix):
+    """The one-line refusal for a variable still holding REPLACE-ME; fix says how to set it."""
+    if key in INTERFACE_VARIABLES and PLACEHOLDER in (profile.network_interface or ""):
+        return (f"profile {profile.name} ({profile.path}): network_interface is a placeholder "
+                f"({profile.network_interface}); edit the profile or {fix('--network-interface', '<name>')}")
+    return (f"profile {profile.name} ({profile.path}): {key} is a placeholder ({profile.env.get(key)}); "
+            f"edit the profile or {fix('--env', f'{key}=<value>')}")
+
+
+def interface_of(env):
+    """The front-end interface an environment names (what the profile's network_interface set)."""
+    return env.get("HOROVOD_GLOO_IFACE") or env.get("NCCL_SOCKET_IFNAME")
+
+
+def horovod_env(fusion_threshold_mb=None, cycle_time_ms=None, hierarchical_allreduce=None, timeline=None):
+    """Horovod's variables for its tuning, with the conversions horovodrun applies to its own flags
+    (horovod/runner/common/util/config_parser.py); None leaves Horovod's default."""
+    env = {}
+    if fusion_threshold_mb is not None:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(fusion_threshold_mb * 1024 * 1024)
+    if cycle_time_ms is not None:
+        env["HOROVOD_CYCLE_TIME"] = str(float(cycle_time_ms))
+    if hierarchical_allreduce is not None:
+        env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1" if hierarchical_allreduce else "0"
+    if timeline:
+        env["HOROVOD_TIMELINE"] = os.path.abspath(timeline)
+    return env
+
+
 def _mpi_args(path, args):
     for index, arg in enumerate(args):
         _check_type(path, f"mpi_args[{index}]", arg, str)
@@ -170,3 +246,52 @@ def _busbw(path, table):
         _check_type(path, f"expected_busbw_gbps.{nodes}", value, (int, float))
         result[nodes] = float(value)
     return result
+
+
+# Set by the suite's own launchers, which have already resolved the profile and the user's --env
+# overrides into the job's environment; the ranks then only record the profile.
+RESOLVED_VARIABLE = "SUITE_PROFILE_RESOLVED"
+
+
+def job_env(profile):
+    """Every variable the profile gives a job: its env (interface included) and its Horovod tuning."""
+    tuning = profile.horovod
+    return {**profile.env, **horovod_env(tuning.fusion_threshold_mb, tuning.cycle_time_ms,
+                                         tuning.hierarchical_allreduce)}
+
+
+def apply(profile, environ):
+    """Puts the profile into a rank's own environment, before Horovod, MPI or NCCL read it.
+
+    A variable already set is kept (the user exported it, or a launcher passed it), except the
+    interface variables: horovodrun fills those from its own probe of every host's interfaces
+    (all RDMA netdevs included), and the profile's front-end interface must win over that guess.
+    Returns what was done, for env.json.
+    """
+    done = {"name": profile.name, "version": profile.version, "path": profile.path,
+            "applied_by": "launcher" if environ.get(RESOLVED_VARIABLE) == "1" else "rank",
+            "set": [], "kept": {}, "replaced": {}}
+    if done["applied_by"] == "launcher":
+        return done
+    for key, value in sorted(job_env(profile).items()):
+        current = environ.get(key)
+        if current == value:
+            continue
+        if PLACEHOLDER in value and (current is None or PLACEHOLDER in current):
+            raise ProfileError(placeholder_problem(profile, key, _export))
+        if current is None or key in INTERFACE_VARIABLES and PLACEHOLDER not in value:
+            if current is not None:
+                done["replaced"][key] = current
+            environ[key] = value
+            done["set"].append(key)
+        else:
+            done["kept"][key] = current
+    environ[PROFILE_VARIABLE] = profile.path
+    return done
+
+
+def _export(flag, value):
+    # A rank has no launcher flags: the fix is an exported variable.
+    if flag == "--network-interface":
+        return f"export {' '.join(f'{key}={value}' for key in INTERFACE_VARIABLES)}"
+    return f"export {value}"
