@@ -12,13 +12,17 @@ import shutil
 import subprocess
 import sys
 
+from dataclasses import dataclass
+
 import pytest
 
 from conftest import BIN, REPO, TINY, check_log, read_json, read_log, subprocess_env
-from twohosts import ClusterUnavailable, TwoHosts
+from twohosts import LINK, ClusterUnavailable, TwoHosts
 
 # The ResNet-50 gradients are about 100 MB per step; two steps move far more than this across the link.
 MIN_LINK_BYTES = 50 * 2**20
+# No veth pair reaches this (GB/s): the profile's expectation that the pre-run probe must miss.
+UNREACHABLE_GBPS = 10000
 
 
 def unavailable(err):
@@ -38,21 +42,35 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    """The cluster's profile: CPU nodes whose front-end interface is the link between them.
+
+    Its expected bus bandwidth for two nodes is far beyond a veth pair, so the pre-run probe must
+    warn: the warning proves the comparison ran against this profile's figure for this node count.
+    """
+    path = tmp_path_factory.mktemp("profile") / "two-hosts.yaml"
+    path.write_text(f"name: two-hosts\nversion: 1\ndescription: two network namespaces\ngpus_per_node: 0\n"
+                    f"network_interface: {LINK}\nenv: {{NCCL_DEBUG: WARN}}\n"
+                    f"expected_busbw_gbps: {{2: {UNREACHABLE_GBPS}}}\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
 def hostfile(tmp_path_factory):
     path = tmp_path_factory.mktemp("hostfile") / "two_hosts"
     path.write_text("h1 slots=2\nh2 slots=2\n")
     return str(path)
 
 
-def on_h1(cluster, command, timeout=900):
+def on_h1(cluster, command, timeout=900, extra_env=None):
     """`command` run on h1 from the repository, with this test environment (PATH, PYTHONPATH, Open MPI)."""
-    env = subprocess_env()
+    env = subprocess_env(**(extra_env or {}))
     env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
     return cluster.run("h1", command, timeout=timeout, env=env, cwd=REPO)
 
 
-def launch_args(hostfile):
-    return [sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile, "--profile", "local-cpu"]
+def launch_args(hostfile, profile="local-cpu"):
+    return [sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile, "--profile", profile]
 
 
 # ---- the pre-flight --------------------------------------------------------------------------------
@@ -85,6 +103,17 @@ def test_a_host_name_resolving_to_loopback_is_named_before_the_launch(cluster, h
     assert "launch:" not in result.stderr  # nothing was started
 
 
+def test_a_profile_interface_missing_on_the_hosts_is_named(cluster, hostfile, profile, tmp_path):
+    other = tmp_path / "other.yaml"
+    with open(profile) as handle:
+        other.write_text(handle.read().replace(f"network_interface: {LINK}", "network_interface: eth9"))
+    result = on_h1(cluster, [*launch_args(hostfile, str(other)), "--check-hosts", "--", "models.resnet50"],
+                   timeout=120)
+    assert result.returncode == 2
+    for host in ("h1", "h2"):
+        assert f"error: host {host}: has no interface eth9 with an IPv4" in result.stderr, result.stderr
+
+
 def test_two_hosts_with_one_name_are_named(cluster, hostfile):
     cluster.set_hostname("h2", "h1")
     try:
@@ -98,12 +127,17 @@ def test_two_hosts_with_one_name_are_named(cluster, hostfile):
 
 # ---- training across the two hosts ----------------------------------------------------------------
 
+# Each launcher gets the profile another way: the model's --profile flag, the SUITE_PROFILE
+# variable (horovodrun forwards the environment; plain mpirun needs -x), and suite.cluster.launch.
 LAUNCHES = {
-    "horovodrun-gloo": lambda hf: ["horovodrun", "--gloo", "-np", "4", "-hostfile", hf, "python"],
-    "horovodrun-mpi": lambda hf: ["horovodrun", "--mpi", "-np", "4", "-hostfile", hf, "python"],
-    "mpirun": lambda hf: ["mpirun", "--allow-run-as-root", "-np", "4", "-hostfile", hf, "-x", "PATH",
-                          "-x", "PYTHONPATH", sys.executable],
-    "suite.launch": lambda hf: [*launch_args(hf), "--"],
+    "horovodrun-gloo": lambda hf, pf: (["horovodrun", "--gloo", "-np", "4", "-hostfile", hf, "python"],
+                                       ["--profile", pf], {}),
+    "horovodrun-mpi": lambda hf, pf: (["horovodrun", "--mpi", "-np", "4", "-hostfile", hf, "python"], [],
+                                      {"SUITE_PROFILE": pf}),
+    "mpirun": lambda hf, pf: (["mpirun", "--allow-run-as-root", "-np", "4", "-hostfile", hf, "-x", "PATH",
+                               "-x", "PYTHONPATH", "-x", "SUITE_PROFILE", sys.executable], [],
+                              {"SUITE_PROFILE": pf}),
+    "suite.launch": lambda hf, pf: ([*launch_args(hf, pf), "--"], [], {}),
 }
 # What env.json records: horovodrun --mpi and suite.launch (horovodrun underneath) exec mpirun.
 SEEN_AS = {"horovodrun-gloo": ("horovodrun-gloo", "gloo"), "horovodrun-mpi": ("mpirun", "mpi"),
@@ -111,20 +145,30 @@ SEEN_AS = {"horovodrun-gloo": ("horovodrun-gloo", "gloo"), "horovodrun-mpi": ("m
 
 
 @pytest.fixture(scope="module", params=sorted(LAUNCHES))
-def two_host_run(request, cluster, hostfile, small_data, tmp_path_factory):
+def two_host_run(request, cluster, hostfile, profile, small_data, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp(request.param) / "run"
     before = cluster.link_bytes("h1")
+    launcher, model_flags, env = LAUNCHES[request.param](hostfile, profile)
     model = ["-m", "models.resnet50"] if request.param != "suite.launch" else ["models.resnet50"]
-    result = on_h1(cluster, [*LAUNCHES[request.param](hostfile), *model, *TINY, "--set", "seed=9",
-                             "--data-dir", small_data, "--run-dir", str(run_dir)])
+    result = on_h1(cluster, [*launcher, *model, *TINY, "--set", "seed=9", "--data-dir", small_data,
+                             "--run-dir", str(run_dir), *model_flags], extra_env=env)
     after = cluster.link_bytes("h1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return run_dir, (after[0] - before[0], after[1] - before[1]), request.param
+    return TwoHostRun(run_dir, (after[0] - before[0], after[1] - before[1]), request.param,
+                      result.stdout + result.stderr)
+
+
+@dataclass
+class TwoHostRun:
+    run_dir: object
+    link_bytes: tuple
+    name: str
+    output: str  # stdout and stderr: horovodrun and mpirun tag the ranks' lines ([1,0]<stderr>:...)
 
 
 @pytest.mark.slow
 def test_ranks_on_both_hosts_train_in_step(two_host_run):
-    run_dir, _, name = two_host_run
+    run_dir, name = two_host_run.run_dir, two_host_run.name
     summary = read_json(run_dir / "summary.json")
     assert summary["world_size"] == 4 and summary["weights_in_sync"], summary["ranks"]
     assert summary["steps"] == 2 and summary["status"] in ("success", "aborted")
@@ -137,7 +181,7 @@ def test_ranks_on_both_hosts_train_in_step(two_host_run):
 
 @pytest.mark.slow
 def test_the_log_passes_the_checker(two_host_run):
-    run_dir, _, _ = two_host_run
+    run_dir = two_host_run.run_dir
     passed, output = check_log(run_dir / "result_0.txt", "2.1.0")
     assert passed, output
     # Rank 0 alone writes the log: one run_start, one run_stop, and no other result file.
@@ -148,8 +192,36 @@ def test_the_log_passes_the_checker(two_host_run):
 
 @pytest.mark.slow
 def test_the_gradients_crossed_the_link_between_the_hosts(two_host_run):
-    _, (sent, received), _ = two_host_run
+    sent, received = two_host_run.link_bytes
     assert sent > MIN_LINK_BYTES and received > MIN_LINK_BYTES, (sent, received)
+
+
+@pytest.mark.slow
+def test_every_launch_path_applies_the_profile(two_host_run, cluster, profile):
+    env = read_json(two_host_run.run_dir / "env.json")
+    applied = env["profile"]
+    assert (applied["name"], applied["path"]) == ("two-hosts", profile)
+    # suite.cluster.launch applies it before launching; under the raw launchers every rank does.
+    assert applied["applied_by"] == ("launcher" if two_host_run.name == "suite.launch" else "rank")
+    # One interface setting reached NCCL, Gloo and Open MPI alike, whatever horovodrun probed.
+    for key in ("NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "OMPI_MCA_btl_tcp_if_include",
+                "OMPI_MCA_oob_tcp_if_include"):
+        assert env["environment"][key] == LINK, key
+    assert env["environment"]["NCCL_DEBUG"] == "WARN"
+
+
+@pytest.mark.slow
+def test_the_network_check_ran_before_run_start(two_host_run):
+    env = read_json(two_host_run.run_dir / "env.json")
+    net = env["network"]
+    controller = SEEN_AS[two_host_run.name][1]
+    assert (net["library"], net["nodes"], net["rdma"]) == (controller, 2, False)
+    assert net["probe"]["correct"] and net["probe"]["busbw_gbps"] > 0
+    assert net["expected_busbw_gbps"] == UNREACHABLE_GBPS and net["status"] == "below expectation"
+    warnings = [line for line in two_host_run.output.splitlines() if "warning: " in line]
+    assert any("allreduce probe" in line and f"{UNREACHABLE_GBPS} GB/s expected" in line for line in warnings)
+    assert any(f"no RDMA: the gradients go over {controller}" in line for line in warnings)
+    assert not any("no cluster profile" in line for line in warnings)
 
 
 @pytest.mark.slow
@@ -166,6 +238,22 @@ def test_the_allreduce_benchmark_measures_across_the_hosts(cluster, hostfile, tm
     # An allreduce over ranks on both hosts carries each message across the link, both ways.
     largest = data["rows"][-1]["bytes"]
     assert sent > largest and received > largest, (sent, received)
+
+
+@pytest.mark.slow
+def test_require_rdma_stops_a_run_without_it_before_run_start(cluster, hostfile, small_data, tmp_path):
+    """No profile and no RDMA: a warning about the missing profile, then a one-line stop."""
+    run_dir = tmp_path / "run"
+    result = on_h1(cluster, ["horovodrun", "--gloo", "-np", "4", "-hostfile", hostfile, "python", "-m",
+                             "models.resnet50", *TINY, "--data-dir", small_data, "--run-dir", str(run_dir),
+                             "--require-rdma"], timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "warning: a multi-host run with no cluster profile" in output
+    stops = [line for line in output.splitlines() if "error (rank 0): --require-rdma: no RDMA" in line]
+    assert len(stops) == 1, output[-6000:]
+    keys = [e["key"] for e in read_log(run_dir / "result_0.txt")]
+    assert "init_start" in keys and "run_start" not in keys
 
 
 def test_the_cluster_is_torn_down_with_nothing_left(tmp_path):

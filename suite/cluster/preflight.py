@@ -132,9 +132,15 @@ def _address_problems(name, found, profile):
         return [f"host {name}: its host name {found['hostname']} resolves to {resolved} there (a loopback "
                 f"address, as a default /etc/hosts line does); map it to the address of the interface the "
                 f"ranks use, or Gloo ranks advertise {resolved} and their peers cannot connect"]
-    interface = getattr(profile, "network_interface", None) if profile is not None else None
-    interfaces = found.get("interfaces") or {}
-    if interface and interfaces.get(interface) not in (None, resolved):
+    interface = profile.network_interface if profile is not None else None
+    interfaces = found.get("interfaces")
+    if not interface or interfaces is None:
+        return []  # no interface named, or `ip` could not list them there
+    if interface not in interfaces:
+        return [f"host {name}: has no interface {interface} with an IPv4 address (the profile's "
+                f"network_interface; it has {', '.join(sorted(interfaces)) or 'none'}); name the front-end "
+                f"interface every node has"]
+    if interfaces[interface] != resolved:
         return [f"host {name}: {found['hostname']} resolves to {resolved}, but the profile's front-end "
                 f"interface {interface} has {interfaces[interface]}; point the name at that address"]
     return []

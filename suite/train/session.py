@@ -131,7 +131,11 @@ def _check_network(world, ranks, nccl_log, options):
     for line in warnings:
         _warn(world, f"warning: {line}")
     if options.require_rdma:
-        network.check_required(record, warnings)
+        try:
+            network.check_required(record, warnings)
+        except network.NetworkError as err:
+            # Every rank reached the same verdict; rank 0 alone says it.
+            raise err if world.is_root else _PeerFailed(str(err))
     return record
 
 
@@ -225,6 +229,8 @@ def _one_line(job, err):
     described = job.describe_error(err) if job and job.describe_error else None
     if described:
         return described
+    if isinstance(err, network.NetworkError):
+        return str(err)  # already one line that names the flag
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
