@@ -31,25 +31,31 @@ PRESETS = {1: "closed_8xA100_gbs3264", 2: "closed_16xA100_gbs3264", 4: "closed_3
 # The OCI profile leaves MPI's TCP interface for the user, as the launcher tests do.
 OCI = ["--profile", "oci-bm-gpu-gm4-8", "--env", "OMPI_MCA_btl_tcp_if_include=10.0.0.0/16"]
 
+TCP_ONLY = ["--profile", "tcp-only", "--env", "NCCL_SOCKET_IFNAME=eth0"]
+
 
 def job(nodes, *where, model="models.resnet50", preset=None, profile=OCI):
     return ["--model", model, "--preset", preset or PRESETS[nodes], "--nodes", str(nodes), *profile,
             "--image", IMAGE, *where, "--run-id", f"rn50-{nodes}n"]
 
 
+# The variables the profile's Horovod tuning adds to every job's environment.
+HOROVOD = {"HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_HIERARCHICAL_ALLREDUCE"}
 SLURM_PATHS = ["--data", "/shared/data/imagenet", "--results", "/shared/results"]
 K8S_PATHS = ["--data", "/mnt/data/imagenet", "--results", "pvc:mlperf-results"]
 CASES = {
     **{f"slurm-{n}n.sbatch": ["slurm", *job(n, *SLURM_PATHS), "--partition", "gpu", "--account", "mlperf"]
        for n in (1, 2, 4)},
     **{f"mpijob-{n}n.yaml": ["k8s", *job(n, *K8S_PATHS)] for n in (1, 2, 4)},
-    # Pod networking through Multus (SR-IOV) instead of the nodes' own, and every other k8s option.
+    # The explicit network modes (the default, oci-host, is mpijob-<n>n.yaml). SR-IOV VFs through the
+    # Network Operator, with NCCL_IB_HCA for the VFs' names and every other k8s option.
     "mpijob-2n-sriov.yaml": ["k8s", *job(2, "--data", "pvc:imagenet", "--results", "/mnt/results",
-                                         profile=["--profile", "generic-infiniband"]),
-                             "--no-host-network", "--network", "sriov-rdma-a", "--rdma-resource",
-                             "nvidia.com/sriov_rdma_a", "--rdma-count", "2", "--host-ipc",
-                             "--shm-size", "64Gi",
+                                         profile=[*OCI, "--env", "NCCL_IB_HCA=mlx5"]),
+                             "--network-mode", "sriov", "--host-ipc", "--shm-size", "64Gi",
                              "--namespace", "mlperf", "--ssh-port", "2022", "--", "--set", "xla=true"],
+    # The pod network only (TCP), for an MPI Operator older than v0.5.0.
+    "mpijob-2n-none.yaml": ["k8s", *job(2, *K8S_PATHS, profile=TCP_ONLY),
+                            "--network-mode", "none", "--no-operator-wait"],
     # TCP only, with the Horovod tuning flags and extra model arguments.
     "slurm-2n-tcp.sbatch": ["slurm", *job(2, *SLURM_PATHS, profile=["--profile", "tcp-only", "--env",
                                                                     "NCCL_SOCKET_IFNAME=ens3"]),
@@ -156,6 +162,8 @@ def test_sbatch_shape(nodes):
     srun = text[text.index("\nsrun "):]
     assert "--mpi=pmix" in srun and "--ntasks-per-node=8" in srun
     assert '--container-image="$IMAGE"' in srun
+    named = sorted(set(profiles.load("oci-bm-gpu-gm4-8").env) | HOROVOD)
+    assert f"--container-env={','.join(named)} " in srun
     assert "readonly IMAGE='registry.example.com#mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu'" in text
     assert '"$DATA_DIR":/data:ro,"$RESULTS_DIR":/results' in srun
     assert srun.rstrip().endswith(f"python -m models.resnet50 --preset {PRESETS[nodes]} --data-dir /data "
@@ -185,6 +193,12 @@ def test_sbatch_script_runs_with_a_stand_in_srun(tmp_path):
     assert seen["env"]["HOROVOD_FUSION_THRESHOLD"] == str(128 * 1024 * 1024)
     argv = seen["argv"]
     assert argv[:4] == ["--mpi=pmix", "--ntasks-per-node=8", "--cpu-bind=none", "--export=ALL"]
+    # Pyxis lets the image's value of a variable win unless srun names it in --container-env: every
+    # variable the script exports (the profile's, --env's, Horovod's) must be named, and be set.
+    named = next(arg for arg in argv if arg.startswith("--container-env=")).split("=", 1)[1].split(",")
+    exported = re.findall(r"^export (\w+)=", script.read_text(), re.MULTILINE)
+    assert sorted(named) == sorted(exported) and set(oci.env) | HOROVOD <= set(named)
+    assert all(name in seen["env"] for name in named)
     assert f"--container-image={IMAGE.replace('example.com/', 'example.com#', 1)}" in argv
     assert "--container-mounts=/shared/data:/data:ro," + str(results) + ":/results" in argv
     assert argv[-9:] == ["python", "-m", "models.resnet50", "--preset", PRESETS[2], "--data-dir", "/data",
@@ -217,33 +231,76 @@ def test_pyxis_image_names(image, expected):
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # MPIJobSpec and ReplicaSpec fields (mpi-operator pkg/apis/kubeflow/v2beta1/types.go); kubectl's strict
 # field validation rejects anything else.
-SPEC_FIELDS = {"slotsPerWorker", "runPolicy", "mpiReplicaSpecs", "sshAuthMountPath", "mpiImplementation"}
+SPEC_FIELDS = {"slotsPerWorker", "runLauncherAsWorker", "runPolicy", "mpiReplicaSpecs", "sshAuthMountPath",
+               "launcherCreationPolicy", "mpiImplementation"}
 REPLICA_FIELDS = {"replicas", "template", "restartPolicy"}
+# The LauncherCreationPolicy constants of the same types.go (the only values the controller acts on).
+LAUNCHER_CREATION_POLICIES = {"AtStartup", "WaitForWorkersReady"}
+# validation.go's validMPIImplementations, validCleanPolicies, validRestartPolicies.
+MPI_IMPLEMENTATIONS = {"OpenMPI", "Intel", "MPICH"}
+# Kubernetes pkg/apis/core/types.go (DNSPolicy) and pkg/apis/core/validation/validation.go
+# (supportedHostPathTypes).
+DNS_POLICIES = {"ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"}
+HOST_PATH_TYPES = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice",
+                   "BlockDevice"}
+VOLUME_SOURCES = {"emptyDir", "hostPath", "persistentVolumeClaim"}
+PROBE_HANDLERS = {"exec", "httpGet", "tcpSocket", "grpc"}
+# Multus network selection: [namespace/]name[@interface], comma-separated.
+NETWORK_ENTRY = re.compile(r"^([a-z0-9][-a-z0-9]*/)?[a-z0-9][-a-z0-9.]*(@[\w.-]+)?$")
 
 
 def validate_mpijob(doc):
     """What the MPI Operator's own validation requires of a v2beta1 MPIJob (mpi-operator
-    pkg/apis/kubeflow/validation/validation.go), with every field set rather than defaulted."""
+    pkg/apis/kubeflow/validation/validation.go), with every field set rather than defaulted, and the
+    pod-level rules of Kubernetes for the fields the renderer sets."""
     assert doc["apiVersion"] == "kubeflow.org/v2beta1" and doc["kind"] == "MPIJob"
     spec, name = doc["spec"], doc["metadata"]["name"]
     assert set(spec) <= SPEC_FIELDS, set(spec) - SPEC_FIELDS
     replicas = spec["mpiReplicaSpecs"]
     assert set(replicas) == {"Launcher", "Worker"}
     workers = replicas["Worker"]["replicas"]
-    # The job's headless Service takes its name (a DNS-1035 label), pods are <name>-worker-<i>.
+    # validateMPIJobName: <name>-worker-<replicas-1> must be a DNS-1035 label.
     assert name[0].isalpha() and DNS_LABEL.match(f"{name}-worker-{workers - 1}"), name
     assert isinstance(spec["slotsPerWorker"], int) and spec["slotsPerWorker"] >= 0
-    assert spec["runPolicy"]["cleanPodPolicy"] in ("None", "Running", "All")
-    assert spec["runPolicy"].get("backoffLimit", 0) >= 0
-    assert spec["sshAuthMountPath"] and spec["mpiImplementation"] in ("OpenMPI", "Intel")
+    check_run_policy(spec["runPolicy"])
+    assert spec["sshAuthMountPath"] and spec["mpiImplementation"] in MPI_IMPLEMENTATIONS
+    assert spec.get("launcherCreationPolicy", "AtStartup") in LAUNCHER_CREATION_POLICIES
     assert replicas["Launcher"]["replicas"] == 1 and workers >= 1
     for replica in replicas.values():
         assert set(replica) <= REPLICA_FIELDS
         assert replica["restartPolicy"] in ("Never", "OnFailure")
-        containers = replica["template"]["spec"]["containers"]
+        template = replica["template"]
+        containers = template["spec"]["containers"]
         assert containers and all(c["name"] and c["image"] for c in containers)
+        check_pod(template)
         for container in containers:
-            check_container(container, replica["template"]["spec"])
+            check_container(container, template["spec"])
+
+
+def check_run_policy(policy):
+    assert policy["cleanPodPolicy"] in ("None", "Running", "All")
+    for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
+        assert policy.get(key, 0) >= 0, key
+
+
+def check_pod(template):
+    pod = template["spec"]
+    assert pod.get("dnsPolicy", "ClusterFirst") in DNS_POLICIES
+    # kubelet resolves ClusterFirst like Default on a host-network pod: only ClusterFirstWithHostNet
+    # reaches the cluster DNS that knows the worker names of the hostfile.
+    if pod.get("hostNetwork"):
+        assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    names = [volume["name"] for volume in pod.get("volumes", [])]
+    assert len(names) == len(set(names)) and all(DNS_LABEL.match(n) for n in names), names
+    for volume in pod.get("volumes", []):
+        sources = set(volume) - {"name"}
+        assert len(sources) == 1 and sources <= VOLUME_SOURCES, volume
+        if "hostPath" in volume:
+            assert volume["hostPath"]["path"].startswith("/")
+            assert volume["hostPath"].get("type", "") in HOST_PATH_TYPES
+    networks = template["metadata"].get("annotations", {}).get("k8s.v1.cni.cncf.io/networks")
+    if networks is not None:
+        assert all(NETWORK_ENTRY.match(entry) for entry in networks.split(",")), networks
 
 
 def check_container(container, pod_spec):
@@ -251,8 +308,19 @@ def check_container(container, pod_spec):
     assert len(names) == len(set(names)), names
     assert all(isinstance(item["value"], str) for item in container.get("env", []))
     volumes = {volume["name"]: volume for volume in pod_spec.get("volumes", [])}
+    paths = [mount["mountPath"] for mount in container.get("volumeMounts", [])]
+    assert len(paths) == len(set(paths)), paths
     for mount in container.get("volumeMounts", []):
         assert mount["name"] in volumes, mount
+    probe = container.get("readinessProbe")
+    if probe is not None:
+        assert len(set(probe) & PROBE_HANDLERS) == 1, probe
+        assert 1 <= probe["tcpSocket"]["port"] <= 65535 and probe.get("periodSeconds", 10) >= 1
+    security = container.get("securityContext", {})
+    assert isinstance(security.get("privileged", False), bool)
+    assert all(isinstance(cap, str) for cap in security.get("capabilities", {}).get("add", []))
+    for key, value in container.get("resources", {}).get("limits", {}).items():
+        assert isinstance(value, int) and value > 0, (key, value)
 
 
 def workers_of(doc):
@@ -261,6 +329,16 @@ def workers_of(doc):
 
 def launcher_of(doc):
     return doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+
+
+def pods_of(doc):
+    replicas = doc["spec"]["mpiReplicaSpecs"]
+    return [replicas[kind]["template"]["spec"] for kind in ("Launcher", "Worker")]
+
+
+def mpirun_words(doc):
+    script = launcher_of(doc)["args"][0]
+    return shlex.split(script[script.index("exec mpirun"):].replace("\\\n", " "))
 
 
 @pytest.mark.parametrize("name", sorted(n for n in CASES if n.endswith(".yaml")))
@@ -276,23 +354,39 @@ def test_mpijobs_are_valid(name, tmp_path):
 
 @pytest.mark.parametrize("nodes", [1, 2, 4])
 def test_mpijob_shape(nodes):
+    """The default network mode, oci-host: Oracle's host-network RDMA set-up for GM4.8."""
     doc = yaml.safe_load(render(CASES[f"mpijob-{nodes}n.yaml"]))
     assert doc["metadata"]["name"] == f"rn50-{nodes}n"
     assert doc["spec"]["slotsPerWorker"] == 8
+    assert doc["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
     assert doc["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == nodes
-    pod = workers_of(doc)["spec"]
+    for pod in pods_of(doc):
+        assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert "hostIPC" not in pod
+    template = workers_of(doc)
+    pod = template["spec"]
     worker = pod["containers"][0]
-    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/rdma_shared_device_a": 1}
-    assert "IPC_LOCK" in worker["securityContext"]["capabilities"]["add"]
-    assert pod["hostNetwork"] is True and "hostIPC" not in pod
+    # No RDMA device-plugin resource: OKE advertises none in host-network mode.
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert "annotations" not in template["metadata"]
+    assert worker["securityContext"] == {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}}
     assert worker["command"] == ["/usr/local/bin/mlperf-sshd"] and worker["args"] == ["2222"]
+    assert worker["readinessProbe"]["tcpSocket"]["port"] == 2222
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     assert volumes["data"]["hostPath"]["path"] == "/mnt/data/imagenet"
     assert volumes["results"]["persistentVolumeClaim"]["claimName"] == "mlperf-results"
     mounts = {mount["mountPath"]: mount for mount in worker["volumeMounts"]}
+    devices = volumes[mounts["/dev/infiniband"]["name"]]["hostPath"]
+    assert devices == {"path": "/dev/infiniband", "type": "Directory"}
     assert mounts["/dev/shm"]["name"] == "dshm" and mounts["/data"]["readOnly"] is True
     assert "/results" in mounts
+    assert "securityContext" not in launcher_of(doc)
+
+
+def test_default_network_mode_is_oci_host():
+    assert render(["k8s", *job(2, *K8S_PATHS), "--network-mode", "oci-host"]) \
+        .split("\n", 3)[3] == render(CASES["mpijob-2n.yaml"]).split("\n", 3)[3]
 
 
 @pytest.mark.parametrize("nodes", [1, 2, 4])
@@ -304,41 +398,118 @@ def test_profile_env_on_workers_and_forwarded_by_mpirun(nodes):
         env = {item["name"]: item["value"] for item in container["env"]}
         assert expected.items() <= env.items()
         assert env["HOROVOD_FUSION_THRESHOLD"] == str(128 * 1024 * 1024)
-    words = shlex.split(launcher["args"][0].replace("\\\n", " "))
+    words = mpirun_words(doc)
     assert words[:3] == ["exec", "mpirun", "--allow-run-as-root"]
     assert words[words.index("-np") + 1] == str(8 * nodes)
     forwarded = {words[i + 1] for i, word in enumerate(words) if word == "-x"}
-    assert set(expected) | {"PATH", "LD_LIBRARY_PATH"} <= forwarded
-    assert words[words.index("plm_rsh_args") + 1] == "-p 2222 -o ConnectionAttempts=10"
+    # Every variable of the launcher's env reaches the ranks by name; no value is on the command line.
+    assert set(env) | {"PATH", "LD_LIBRARY_PATH"} == forwarded
+    assert not any("=" in words[i + 1] for i, word in enumerate(words) if word == "-x")
+    assert words[words.index("plm_rsh_args") + 1] == "-p 2222"
     assert ["--mca", "coll", "^hcoll"] == words[words.index("coll") - 1:words.index("coll") + 2]
     assert words[-9:] == ["python", "-m", "models.resnet50", "--preset", PRESETS[nodes],
                           "--data-dir", "/data", "--run-dir", f"/results/rn50-{nodes}n"]
 
 
-def test_mpijob_options():
+def test_mpijob_sriov():
+    """Oracle's SR-IOV set-up: one default/rdma-vf attachment per VF and as many nvidia.com/rdma-vf."""
     doc = yaml.safe_load(render(CASES["mpijob-2n-sriov.yaml"]))
     template = workers_of(doc)
     pod, worker = template["spec"], template["spec"]["containers"][0]
     assert doc["metadata"]["namespace"] == "mlperf"
-    assert template["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "sriov-rdma-a"}
-    assert "hostNetwork" not in pod and pod["hostIPC"] is True
-    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8, "nvidia.com/sriov_rdma_a": 2}
+    networks = template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"].split(",")
+    assert networks == ["default/rdma-vf"] * 16
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8, "nvidia.com/rdma-vf": 16}
+    for each in pods_of(doc):
+        assert "hostNetwork" not in each and "dnsPolicy" not in each and each["hostIPC"] is True
+    assert worker["securityContext"]["privileged"] is True
+    assert "/dev/infiniband" in {mount["mountPath"] for mount in worker["volumeMounts"]}
     assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "64Gi"
-    assert worker["args"] == ["2022"] and "'-p 2022 -o ConnectionAttempts=10'" in launcher_of(doc)["args"][0]
+    env = {item["name"]: item["value"] for item in worker["env"]}
+    assert env["NCCL_IB_HCA"] == "mlx5"
+    assert worker["args"] == ["2022"] and worker["readinessProbe"]["tcpSocket"]["port"] == 2022
+    words = mpirun_words(doc)
+    assert words[words.index("plm_rsh_args") + 1] == "-p 2022"
     assert launcher_of(doc)["args"][0].rstrip().endswith("--set xla=true")
-    # generic-infiniband has no mpi_args.
+
+
+def test_mpijob_without_rdma():
+    doc = yaml.safe_load(render(CASES["mpijob-2n-none.yaml"]))
+    assert "launcherCreationPolicy" not in doc["spec"]
+    template = workers_of(doc)
+    worker = template["spec"]["containers"][0]
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8} and "securityContext" not in worker
+    assert "annotations" not in template["metadata"]
+    assert {volume["name"] for volume in template["spec"]["volumes"]} == {"dshm", "data", "results"}
+    for pod in pods_of(doc):
+        assert "hostNetwork" not in pod and "dnsPolicy" not in pod
+    # tcp-only has no mpi_args.
     assert "--mca coll" not in launcher_of(doc)["args"][0]
+
+
+def test_sriov_with_the_hosts_device_names_gets_a_note():
+    result = deploy_cli("k8s", *job(2, *K8S_PATHS), "--network-mode", "sriov", "--rdma-vfs", "8")
+    assert result.returncode == 0, result.stderr
+    assert "NCCL_IB_HCA=mlx5" in result.stderr
+    doc = yaml.safe_load(result.stdout)
+    assert workers_of(doc)["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/rdma-vf"] == 8
+    quiet = deploy_cli(*CASES["mpijob-2n-sriov.yaml"])
+    assert quiet.returncode == 0 and "NCCL_IB_HCA" not in quiet.stderr
+
+
+def launcher_run(tmp_path, failing=(), wait_seconds=None, hostfile=True):
+    """The launcher's script run by bash with stand-in ssh and mpirun and a 2-node hostfile."""
+    doc = yaml.safe_load(render(CASES["mpijob-2n.yaml"]))
+    script = launcher_of(doc)["args"][0]
+    if wait_seconds is not None:
+        line = f"readonly wait_seconds={deploy.WORKER_WAIT_SECONDS}\n"
+        assert line in script
+        script = script.replace(line, f"readonly wait_seconds={wait_seconds}\n")
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    # The stand-in ssh fails for the hosts in `failing`, as an unreachable sshd does (255).
+    (bin_dir / "ssh").write_text(f'#!/bin/bash\necho "ssh $*" >> {calls}\n'
+                                 f'for bad in {" ".join(failing)}; do\n'
+                                 f'  [[ " $* " == *" $bad "* ]] && exit 255\ndone\nexit 0\n')
+    (bin_dir / "mpirun").write_text(f'#!/bin/bash\necho "mpirun $*" >> {calls}\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    path = tmp_path / "hostfile"
+    if hostfile:
+        path.write_text("".join(f"rn50-2n-worker-{i}.rn50-2n.default.svc slots=8\n" for i in range(2)))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OMPI_MCA_orte_default_hostfile": str(path)}
+    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    return result, (calls.read_text().splitlines() if calls.exists() else [])
+
+
+def test_launcher_waits_for_every_worker_then_runs_mpirun(tmp_path):
+    result, calls = launcher_run(tmp_path)
+    assert result.returncode == 0, result.stderr
+    workers = [f"rn50-2n-worker-{i}.rn50-2n.default.svc" for i in range(2)]
+    assert [call.split()[-2] for call in calls[:2]] == workers
+    assert all(call.startswith("ssh -n -p 2222 ") and "BatchMode=yes" in call for call in calls[:2])
+    assert len(calls) == 3 and calls[2].startswith("mpirun --allow-run-as-root -np 16 ")
+
+
+def test_launcher_names_the_worker_that_never_answers(tmp_path):
+    result, calls = launcher_run(tmp_path, failing=["rn50-2n-worker-1.rn50-2n.default.svc"], wait_seconds=1)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: worker rn50-2n-worker-1.rn50-2n.default.svc ")
+    assert "port 2222" in lines[0]
+    assert calls and not any(call.startswith("mpirun") for call in calls)
+
+
+def test_launcher_without_a_hostfile(tmp_path):
+    result, calls = launcher_run(tmp_path, hostfile=False)
+    assert result.returncode == 1 and not calls
+    assert result.stderr == f"error: no MPI hostfile at {tmp_path / 'hostfile'}; is this pod the launcher " \
+                            f"of an MPIJob?\n"
 
 
 def test_slurm_takes_a_squashfs_image():
     text = render(["slurm", *replace(job(1, *SLURM_PATHS), "--image", "/shared/images/suite.sqsh")])
     assert "readonly IMAGE=/shared/images/suite.sqsh\n" in text
-
-
-def test_no_rdma_resource():
-    doc = yaml.safe_load(render(["k8s", *job(1, *K8S_PATHS), "--rdma-resource", "none"]))
-    worker = workers_of(doc)["spec"]["containers"][0]
-    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8} and "securityContext" not in worker
 
 
 # --- Dockerfiles ---------------------------------------------------------------------------------
@@ -712,7 +883,14 @@ ERRORS = {
     "bad_time": ([*SLURM, "--time", "4h"], ["--time '4h'"]),
     "bad_partition": ([*SLURM, "--partition", "gpu\n#SBATCH --x"], ["--partition"]),
     "bad_shm": ([*K8S, "--shm-size", "lots"], ["--shm-size 'lots'"]),
-    "bad_rdma": ([*K8S, "--rdma-resource", "rdma"], ["--rdma-resource 'rdma'"]),
+    "old_rdma_resource": ([*K8S, "--rdma-resource", "rdma/x"], ["--rdma-resource is gone", "--network-mode"]),
+    "old_rdma_count": ([*K8S, "--rdma-count", "2"], ["--rdma-count is gone", "--rdma-vfs"]),
+    "old_network": ([*K8S, "--network", "sriov-a"], ["--network is gone", "--network-mode sriov"]),
+    "old_no_host_network": ([*K8S, "--no-host-network"], ["--no-host-network is gone", "--network-mode"]),
+    "old_host_network": ([*K8S, "--host-network"], ["--host-network is gone", "--network-mode oci-host"]),
+    "bad_network_mode": ([*K8S, "--network-mode", "rdma"], ["argument --network-mode", "oci-host"]),
+    "vfs_without_sriov": ([*K8S, "--rdma-vfs", "8"], ["--rdma-vfs 8", "--network-mode sriov"]),
+    "too_many_vfs": ([*K8S, "--network-mode", "sriov", "--rdma-vfs", "17"], ["--rdma-vfs 17", "1 to 16"]),
     "model_flag_clash": ([*SLURM, "--", "--data-dir", "/elsewhere"], ["--data-dir after --"]),
     "relative_timeline": ([*SLURM, "--timeline", "tl.json"], ["--timeline tl.json", "absolute"]),
     "missing_flags": (["k8s", "--model", "models.resnet50"], ["required", "--preset", "--nodes"]),

@@ -28,7 +28,26 @@ MAX_NODES = 4
 DEFAULT_NGC_TAG = "24.03-tf2-py3"
 DEFAULT_CPU_BASE = "python:3.11-slim-bookworm"
 DEFAULT_SSH_PORT = 2222
-DEFAULT_RDMA = "rdma/rdma_shared_device_a"
+# How the MPIJob's workers reach the RDMA NICs; each mode is what Oracle's OKE manifests do
+# (oracle-quickstart/oci-hpc-oke docs/using-rdma-network-interfaces-in-manifests.md):
+#   oci-host  the nodes' own network and NICs (hostNetwork), as
+#             manifests/nccl-tests/kueue/BM.GPU.A100-v2.8.yaml;
+#   sriov     SR-IOV virtual functions from the NVIDIA Network Operator, as
+#             manifests/nccl-tests/kueue/virtual-functions/BM.GPU.A100-v2.8.yaml;
+#   none      the pod network only, no RDMA devices (TCP profiles).
+NETWORK_MODES = ("oci-host", "sriov", "none")
+# SR-IOV: the NetworkAttachmentDefinition of the stack's SriovNetwork "rdma-vf", which is created in
+# the default namespace (terraform/files/nvidia-network-operator/sriov-network.yaml, networkNamespace:
+# default; the namespace/name form works from any namespace, as the doc above notes), and its VF
+# resource (the VF manifest's limits; resourceName: rdma-vf in sriov-network-node-policy.yaml).
+SRIOV_NETWORK = "default/rdma-vf"
+SRIOV_RESOURCE = "nvidia.com/rdma-vf"
+# One VF per RDMA port: 16 on BM.GPU.A100-v2.8 (= GM4.8), per the doc above and the VF manifest.
+SRIOV_VFS = 16
+NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+# The launcher's bound on waiting for the workers' sshd (templates/wait-for-workers.sh); it covers
+# pulling a multi-GB image on a node that does not have it yet.
+WORKER_WAIT_SECONDS = 900
 # The suite's run-time needs that the NGC image lacks; pinned from requirements.txt. Pillow is left
 # out: its pin has no wheel for the image's Python 3.10, and only the data converters need it.
 GPU_PINS = ("mpi4py", "mlperf-logging", "pyyaml", "tqdm")
@@ -57,6 +76,28 @@ FIELD = re.compile(r"\{\{(\w+)\}\}")
 
 class DeployError(ValueError):
     """Inputs that do not add up to a job; the message is one line naming the flag or file."""
+
+
+class _Replaced(argparse.Action):
+    """A flag that is gone: a one-line error naming what replaced it."""
+
+    def __init__(self, option_strings, dest, replacement, nargs=None, **kwargs):
+        super().__init__(option_strings, dest, nargs=nargs, help=argparse.SUPPRESS, **kwargs)
+        self.replacement = replacement
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is gone: {self.replacement}")
+
+
+# (flags, nargs, what replaces them) of the MPIJob flags before --network-mode.
+REPLACED_K8S_FLAGS = (
+    (("--rdma-resource",), None, "use --network-mode (oci-host needs no RDMA resource; sriov requests "
+                                 f"{SRIOV_RESOURCE})"),
+    (("--rdma-count",), None, "use --rdma-vfs with --network-mode sriov"),
+    (("--network",), None, f"use --network-mode sriov (the workers join {SRIOV_NETWORK})"),
+    (("--host-network",), 0, "use --network-mode oci-host (the default)"),
+    (("--no-host-network",), 0, "use --network-mode sriov or --network-mode none"),
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -169,15 +210,18 @@ def _k8s_flags():
     flags = Parser(add_help=False)
     k8s = flags.add_argument_group("Kubernetes")
     k8s.add_argument("--namespace", help="the MPIJob's namespace (default: kubectl's)")
-    k8s.add_argument("--rdma-resource", default=DEFAULT_RDMA,
-                     help=f"RDMA device-plugin resource per worker (default: {DEFAULT_RDMA}; "
-                          f"none to leave out)")
-    k8s.add_argument("--rdma-count", type=int, default=1, help="how many of it (default: 1)")
-    k8s.add_argument("--network", action="append", default=[], metavar="NAME",
-                     help="Multus network for the workers, e.g. an SR-IOV RDMA network; repeatable")
-    k8s.add_argument("--host-network", action=argparse.BooleanOptionalAction, default=True,
-                     help="pods on the nodes' own network, so NCCL sees the host's RDMA NICs (default: on)")
+    k8s.add_argument("--network-mode", choices=NETWORK_MODES, default="oci-host",
+                     help="how workers reach the RDMA NICs: oci-host (the nodes' own network and NICs), "
+                          "sriov (NVIDIA Network Operator VFs), none (pod network, no RDMA); "
+                          "default: oci-host")
+    k8s.add_argument("--rdma-vfs", type=int, metavar="N",
+                     help=f"--network-mode sriov: VFs per worker (default: {SRIOV_VFS}, one per RDMA port)")
+    k8s.add_argument("--operator-wait", action=argparse.BooleanOptionalAction, default=True,
+                     help="launcherCreationPolicy: WaitForWorkersReady (MPI Operator v0.5.0 and later); "
+                          "--no-operator-wait for older operators (default: on)")
     k8s.add_argument("--host-ipc", action="store_true", help="pods share the node's IPC namespace")
+    for names, nargs, replacement in REPLACED_K8S_FLAGS:
+        k8s.add_argument(*names, action=_Replaced, nargs=nargs, replacement=replacement)
     k8s.add_argument("--shm-size", metavar="QUANTITY", help="size limit of the /dev/shm emptyDir, e.g. 64Gi")
     return flags
 
@@ -328,6 +372,7 @@ def render_slurm(job, args):
         "profile_line": f"Cluster profile {job.profile.name} (version {job.profile.version}), --env "
                         f"overrides and Horovod tuning.",
         "exports": "\n".join(f"export {key}={shell_word(value)}" for key, value in sorted(job.env.items())),
+        "container_env": f"--container-env={','.join(sorted(job.env))} \\" if job.env else "",
         "data_mount": DATA_MOUNT, "results_mount": RESULTS_MOUNT, "workdir": SUITE_DIR,
         "command": shlex.join(job.model_command())})
 
@@ -373,10 +418,11 @@ def render_k8s(job, args):
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]
     _check_port(args.ssh_port)
-    for pod in (launcher, worker):
-        _pod_network(pod["spec"], args)
+    if not args.operator_wait:
+        del spec["launcherCreationPolicy"]
     _fill_launcher(launcher["spec"]["containers"][0], job, args)
     _fill_worker(worker, job, args)
+    _network_mode(launcher, worker, job, args)
     body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
     return header(job, "Kubeflow MPIJob") + "\n" + body
 
@@ -400,13 +446,6 @@ def _check_port(port):
         raise DeployError(f"--ssh-port {port}: must be 1 to 65535")
 
 
-def _pod_network(pod_spec, args):
-    if args.host_network:
-        pod_spec["hostNetwork"] = True
-    if args.host_ipc:
-        pod_spec["hostIPC"] = True
-
-
 def _fill_launcher(container, job, args):
     container["image"] = job.image
     container["env"] = env_list(job.env)
@@ -414,17 +453,18 @@ def _fill_launcher(container, job, args):
 
 
 def launcher_script(job, args):
-    """mpirun over the operator's hostfile (every worker with slotsPerWorker slots)."""
-    # On the command line, so it wins over the operator's own OMPI_MCA_plm_rsh_args variable.
-    rsh = f"-p {args.ssh_port} -o ConnectionAttempts=10"
+    """Waits for every worker's sshd, then mpirun over the operator's hostfile (slotsPerWorker slots each)."""
+    wait = fill("wait-for-workers.sh", {"ssh_port": args.ssh_port, "wait_seconds": WORKER_WAIT_SECONDS})
+    # On the command line, so it wins over the operator's own OMPI_MCA_plm_rsh_args variable (whose
+    # ConnectionAttempts retries the wait above makes unnecessary).
     parts = [f"mpirun --allow-run-as-root -np {job.ranks} --bind-to none --map-by slot",
-             f"--mca plm_rsh_args {shlex.quote(rsh)}"]
+             f"--mca plm_rsh_args {shlex.quote(f'-p {args.ssh_port}')}"]
     # Ranks started over ssh see none of the pod's env: -x hands them the launcher's values.
     parts += [f"-x {key}" for key in [*sorted(job.env), *FORWARDED]]
     if job.profile.mpi_args:
         parts.append(shlex.join(job.profile.mpi_args))
     parts.append(shlex.join(job.model_command()))
-    return "exec " + " \\\n  ".join(parts) + "\n"
+    return wait + "exec " + " \\\n  ".join(parts) + "\n"
 
 
 def _fill_worker(template, job, args):
@@ -432,13 +472,8 @@ def _fill_worker(template, job, args):
     container["image"] = job.image
     container["args"] = [str(args.ssh_port)]
     container["env"] = env_list(job.env)
-    limits = {"nvidia.com/gpu": job.gpus}
-    rdma = _rdma_resource(args)
-    if rdma:
-        limits[rdma] = args.rdma_count
-        # RDMA registers (pins) memory, which needs IPC_LOCK.
-        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
-    container["resources"]["limits"] = limits
+    container["readinessProbe"]["tcpSocket"]["port"] = args.ssh_port
+    container["resources"]["limits"] = {"nvidia.com/gpu": job.gpus}
     container["volumeMounts"] += [{"name": "data", "mountPath": DATA_MOUNT, "readOnly": True},
                                   {"name": "results", "mountPath": RESULTS_MOUNT}]
     volumes = template["spec"]["volumes"]
@@ -446,20 +481,49 @@ def _fill_worker(template, job, args):
         _check_flag("--shm-size", args.shm_size, QUANTITY, "a Kubernetes quantity such as 64Gi")
         volumes[0]["emptyDir"]["sizeLimit"] = args.shm_size
     volumes += [volume("data", "--data", job.data), volume("results", "--results", job.results)]
-    if args.network:
-        for name in args.network:
-            _check_flag("--network", name, K8S_NAME, "a NetworkAttachmentDefinition name")
-        template["metadata"]["annotations"] = {"k8s.v1.cni.cncf.io/networks": ",".join(args.network)}
 
 
-def _rdma_resource(args):
-    if args.rdma_resource in ("", "none"):
-        return None
-    _check_flag("--rdma-resource", args.rdma_resource, RESOURCE_NAME,
-                "a resource name such as " + DEFAULT_RDMA)
-    if args.rdma_count < 1:
-        raise DeployError(f"--rdma-count {args.rdma_count}: must be at least 1")
-    return args.rdma_resource
+def _network_mode(launcher, worker, job, args):
+    """The pods' network and RDMA devices for --network-mode (sources at NETWORK_MODES)."""
+    if args.rdma_vfs is not None and args.network_mode != "sriov":
+        raise DeployError(f"--rdma-vfs {args.rdma_vfs}: only with --network-mode sriov")
+    for pod in (launcher["spec"], worker["spec"]):
+        if args.network_mode == "oci-host":
+            pod["hostNetwork"] = True
+            # Without it a host-network pod gets the node's resolver, which cannot resolve the
+            # operator's <job>-worker-<i>.<job>.<namespace>.svc names in the hostfile (the operator
+            # sets it too on hostNetwork pods; saying it here keeps older operators right).
+            pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+        if args.host_ipc:
+            pod["hostIPC"] = True
+    if args.network_mode == "sriov":
+        vfs = SRIOV_VFS if args.rdma_vfs is None else args.rdma_vfs
+        if not 1 <= vfs <= SRIOV_VFS:
+            raise DeployError(f"--rdma-vfs {vfs}: must be 1 to {SRIOV_VFS} (a GM4.8 node has {SRIOV_VFS} "
+                              f"VFs; asking for more leaves the pod unschedulable)")
+        worker["metadata"]["annotations"] = {NETWORKS_ANNOTATION: ",".join([SRIOV_NETWORK] * vfs)}
+        worker["spec"]["containers"][0]["resources"]["limits"][SRIOV_RESOURCE] = vfs
+        _note_sriov_devices(job)
+    if args.network_mode != "none":
+        _rdma_devices(worker["spec"])
+
+
+def _rdma_devices(pod_spec):
+    """The RDMA device files and rights, in both modes as Oracle's manifests give them."""
+    container = pod_spec["containers"][0]
+    # Privileged for the verbs devices; IPC_LOCK because RDMA pins (registers) memory.
+    container["securityContext"] = {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}}
+    container["volumeMounts"].append({"name": "devinf", "mountPath": "/dev/infiniband"})
+    # type Directory: a node without RDMA devices fails the pod at once instead of running it on TCP.
+    pod_spec["volumes"].append({"name": "devinf",
+                                "hostPath": {"path": "/dev/infiniband", "type": "Directory"}})
+
+
+def _note_sriov_devices(job):
+    hca = job.env.get("NCCL_IB_HCA", "")
+    if hca.startswith("="):
+        job.notes.append(f"NCCL_IB_HCA={hca[:24]}... names the nodes' own devices exactly, but an SR-IOV pod "
+                         f"sees its VFs under other names; Oracle's VF manifests use --env NCCL_IB_HCA=mlx5")
 
 
 def volume(name, flag, value):
