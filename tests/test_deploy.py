@@ -29,9 +29,19 @@ REGENERATE = os.environ.get("DEPLOY_REGENERATE") == "1"
 IMAGE = "registry.example.com/mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu"
 PRESETS = {1: "closed_8xA100_gbs3264", 2: "closed_16xA100_gbs3264", 4: "closed_32xA100_gbs3264"}
 # The OCI profile leaves MPI's TCP interface for the user, as the launcher tests do.
-OCI = ["--profile", "oci-bm-gpu-gm4-8", "--env", "OMPI_MCA_btl_tcp_if_include=10.0.0.0/16"]
+# The front-end interface the OCI profile leaves open, and Oracle's way of giving MPI's TCP
+# traffic a subnet rather than an interface (an --env override of one interface variable).
+OCI = ["--profile", "oci-bm-gpu-gm4-8", "--network-interface", "eth0",
+       "--env", "OMPI_MCA_btl_tcp_if_include=10.0.0.0/16"]
 
-TCP_ONLY = ["--profile", "tcp-only", "--env", "NCCL_SOCKET_IFNAME=eth0"]
+
+def oci_env():
+    """What the OCI job's ranks must see: the profile with eth0, the subnet override."""
+    oci = profiles.with_interface(profiles.load("oci-bm-gpu-gm4-8"), "eth0")
+    return {**oci.env, "OMPI_MCA_btl_tcp_if_include": "10.0.0.0/16"}
+
+
+TCP_ONLY = ["--profile", "tcp-only", "--network-interface", "eth0"]
 
 
 def job(nodes, *where, model="models.resnet50", preset=None, profile=OCI):
@@ -57,8 +67,8 @@ CASES = {
     "mpijob-2n-none.yaml": ["k8s", *job(2, *K8S_PATHS, profile=TCP_ONLY),
                             "--network-mode", "none", "--no-operator-wait"],
     # TCP only, with the Horovod tuning flags and extra model arguments.
-    "slurm-2n-tcp.sbatch": ["slurm", *job(2, *SLURM_PATHS, profile=["--profile", "tcp-only", "--env",
-                                                                    "NCCL_SOCKET_IFNAME=ens3"]),
+    "slurm-2n-tcp.sbatch": ["slurm", *job(2, *SLURM_PATHS, profile=["--profile", "tcp-only",
+                                                                    "--network-interface", "ens3"]),
                             "--fusion-threshold-mb", "64", "--hierarchical-allreduce", "--timeline",
                             "/results/rn50-2n/timeline.json", "--time", "1-00:00:00",
                             "--", "--set", "fp16_allreduce=true"],
@@ -162,7 +172,7 @@ def test_sbatch_shape(nodes):
     srun = text[text.index("\nsrun "):]
     assert "--mpi=pmix" in srun and "--ntasks-per-node=8" in srun
     assert '--container-image="$IMAGE"' in srun
-    named = sorted(set(profiles.load("oci-bm-gpu-gm4-8").env) | HOROVOD)
+    named = sorted(set(oci_env()) | HOROVOD | {"SUITE_PROFILE", "SUITE_PROFILE_RESOLVED"})
     assert f"--container-env={','.join(named)} " in srun
     assert "readonly IMAGE='registry.example.com#mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu'" in text
     assert '"$DATA_DIR":/data:ro,"$RESULTS_DIR":/results' in srun
@@ -187,9 +197,10 @@ def test_sbatch_script_runs_with_a_stand_in_srun(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (results / "rn50-2n").is_dir()
     seen = json.loads(record.read_text())
-    oci = profiles.load("oci-bm-gpu-gm4-8")
-    for key, value in {**oci.env, "OMPI_MCA_btl_tcp_if_include": "10.0.0.0/16"}.items():
+    for key, value in oci_env().items():
         assert seen["env"][key] == value, key
+    # A shipped profile is in the image: the ranks are told its name, and that it is applied.
+    assert (seen["env"]["SUITE_PROFILE"], seen["env"]["SUITE_PROFILE_RESOLVED"]) == ("oci-bm-gpu-gm4-8", "1")
     assert seen["env"]["HOROVOD_FUSION_THRESHOLD"] == str(128 * 1024 * 1024)
     argv = seen["argv"]
     assert argv[:4] == ["--mpi=pmix", "--ntasks-per-node=8", "--cpu-bind=none", "--export=ALL"]
@@ -197,7 +208,7 @@ def test_sbatch_script_runs_with_a_stand_in_srun(tmp_path):
     # variable the script exports (the profile's, --env's, Horovod's) must be named, and be set.
     named = next(arg for arg in argv if arg.startswith("--container-env=")).split("=", 1)[1].split(",")
     exported = re.findall(r"^export (\w+)=", script.read_text(), re.MULTILINE)
-    assert sorted(named) == sorted(exported) and set(oci.env) | HOROVOD <= set(named)
+    assert sorted(named) == sorted(exported) and set(oci_env()) | HOROVOD <= set(named)
     assert all(name in seen["env"] for name in named)
     assert f"--container-image={IMAGE.replace('example.com/', 'example.com#', 1)}" in argv
     assert "--container-mounts=/shared/data:/data:ro," + str(results) + ":/results" in argv
@@ -392,7 +403,7 @@ def test_default_network_mode_is_oci_host():
 @pytest.mark.parametrize("nodes", [1, 2, 4])
 def test_profile_env_on_workers_and_forwarded_by_mpirun(nodes):
     doc = yaml.safe_load(render(CASES[f"mpijob-{nodes}n.yaml"]))
-    expected = {**profiles.load("oci-bm-gpu-gm4-8").env, "OMPI_MCA_btl_tcp_if_include": "10.0.0.0/16"}
+    expected = oci_env()
     launcher = launcher_of(doc)
     for container in (launcher, workers_of(doc)["spec"]["containers"][0]):
         env = {item["name"]: item["value"] for item in container["env"]}
@@ -406,7 +417,8 @@ def test_profile_env_on_workers_and_forwarded_by_mpirun(nodes):
     assert set(env) | {"PATH", "LD_LIBRARY_PATH"} == forwarded
     assert not any("=" in words[i + 1] for i, word in enumerate(words) if word == "-x")
     assert words[words.index("plm_rsh_args") + 1] == "-p 2222"
-    assert ["--mca", "coll", "^hcoll"] == words[words.index("coll") - 1:words.index("coll") + 2]
+    # HCOLL is off through the environment, which srun and the MPIJob hand on; not on mpirun's line.
+    assert env["OMPI_MCA_coll"] == "^hcoll" and "--mca coll" not in " ".join(words)
     assert words[-9:] == ["python", "-m", "models.resnet50", "--preset", PRESETS[nodes],
                           "--data-dir", "/data", "--run-dir", f"/results/rn50-{nodes}n"]
 
@@ -867,8 +879,8 @@ ERRORS = {
                        ["--preset closed_64xA100", "models.resnet50", "closed_8xA100_gbs3264", "tiny_cpu"]),
     "batch_does_not_split": (replace(replace(SLURM, "--preset", "tiny_cpu"), "--nodes", "3"),
                              ["--preset tiny_cpu", "global batch 32", "24 ranks"]),
-    "placeholder": (without(SLURM, "--env"),
-                    ["OMPI_MCA_btl_tcp_if_include", "placeholder", "--env OMPI_MCA_btl_tcp_if_include="]),
+    "placeholder": (without(SLURM, "--network-interface"),
+                    ["network_interface is a placeholder", "--network-interface <name>"]),
     "bad_env": (replace(K8S, "--env", "NOEQUALS"), ["--env NOEQUALS", "KEY=VALUE"]),
     "relative_data": (replace(SLURM, "--data", "data/imagenet"), ["--data data/imagenet", "absolute"]),
     "pvc_under_slurm": (replace(SLURM, "--results", "pvc:results"), ["--results pvc:results"]),

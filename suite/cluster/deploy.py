@@ -149,7 +149,7 @@ def build_parser():
         epilog="Example:\n"
                "  python -m suite.cluster.deploy slurm --model models.resnet50 \\\n"
                "      --preset closed_16xA100_gbs3264 --nodes 2 --profile oci-bm-gpu-gm4-8 \\\n"
-               "      --env OMPI_MCA_btl_tcp_if_include=10.0.0.0/16 \\\n"
+               "      --network-interface eth0 \\\n"
                "      --image registry.example.com/mlperf/mlperf-hvd-suite:TAG --data /shared/imagenet \\\n"
                "      --results /shared/results --out job.sbatch [-- extra model args, e.g. --set xla=true]\n"
                "Subcommand help: python -m suite.cluster.deploy {slurm,k8s,dockerfile,all} --help",
@@ -179,6 +179,9 @@ def _job_flags():
     what.add_argument("--nodes", required=True, type=int, help=f"number of nodes, 1 to {MAX_NODES}")
     what.add_argument("--profile", required=True, help="cluster profile name or YAML file "
                       f"({', '.join(profiles.available())})")
+    what.add_argument("--network-interface", metavar="NAME",
+                      help="the nodes' front-end interface inside the containers (overrides the profile's "
+                           "network_interface): NCCL_SOCKET_IFNAME, Gloo's and Open MPI's TCP interface")
     what.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                       help="set or override one variable of the profile's env; repeatable")
     what.add_argument("--image", required=True, help="the GPU image, as pushed by container/build.sh")
@@ -250,6 +253,8 @@ def _image_flags():
 def plan_job(args, model_args, rendered_by):
     """Validates the inputs shared by every renderer and resolves the environment."""
     profile = profiles.load(args.profile)
+    if args.network_interface:
+        profile = profiles.with_interface(profile, args.network_interface)
     if profile.gpus_per_node <= 0:
         raise DeployError(f"--profile {profile.name}: gpus_per_node is {profile.gpus_per_node}; "
                           f"cluster jobs need a GPU profile")
@@ -280,6 +285,12 @@ def resolve_env(profile, args, run_dir):
                                 hierarchical_allreduce=args.hierarchical_allreduce,
                                 timeline=args.timeline, record=run_dir)
     env.update(launch.tuning_env(profile.horovod, tuning))
+    env[profiles.RESOLVED_VARIABLE] = "1"
+    if os.path.dirname(profile.path) == profiles.HERE:
+        # A shipped profile is in the image too: the ranks load it by name (env.json records it,
+        # the pre-run probe takes its expected bus bandwidth). A profile file of the user's own is
+        # not in the image, so it is resolved here and left unnamed.
+        env[profiles.PROFILE_VARIABLE] = profile.name
     return env
 
 
