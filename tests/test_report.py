@@ -70,6 +70,17 @@ def allreduce_record(np):
             "expected_busbw_source": "profile test gives no expected busbw for 1 node"}
 
 
+def network_env(index):
+    """env.json's network check for a 2-rank, 2-node GPU run; in run 1 rank 1's NCCL fell back to sockets."""
+    fallback = index == 1
+    return {"profile": {"name": "test", "applied_by": "rank"},
+            "network": {"library": "nccl", "nodes": 2, "rdma": not fallback,
+                        "ranks": [{"network": "IB"}, {"network": "Socket" if fallback else "IB"}],
+                        "probe": {"bytes": 2**30, "busbw_gbps": 12.5 if fallback else 190.25},
+                        "expected_busbw_gbps": 185.0,
+                        "status": "below expectation" if fallback else "ok"}}
+
+
 def make_sweep(folder, slow_rank=None, allreduce=True):
     """A sweep folder as suite.cluster.sweep leaves it, with known times."""
     scales = []
@@ -83,6 +94,8 @@ def make_sweep(folder, slow_rank=None, allreduce=True):
             write(os.path.join(run_dir, "summary.json"),
                   json.dumps(summary(np, index, slow_rank if np == 2 else None)))
             write(os.path.join(run_dir, "config.json"), json.dumps({"config": {"fp16_allreduce": False}}))
+            if np > 1:
+                write(os.path.join(run_dir, "env.json"), json.dumps(network_env(index)))
         if allreduce and np > 1:
             write(os.path.join(folder, "runs", system(np), "allreduce.json"),
                   json.dumps(allreduce_record(np)))
@@ -186,6 +199,19 @@ def test_tables_hold_the_numbers_in_the_logs(built):
         expected = sorted(converged)[1:] if len(converged) == 4 else sorted(converged)[1:-1]
         cell = row["olympic mean (min, MLPerf: non-converged = ∞)"]
         assert cell == f"{sum(expected) / len(expected):.4f}"
+
+
+def test_the_network_of_every_run_is_shown(built):
+    _, markdown = built
+    rows = table_with(markdown, "network (per rank)")
+    # Only the 2-process runs recorded a network check; one row each.
+    assert [(r["system"], r["run"]) for r in rows] == [(system(2), str(i)) for i in range(5)]
+    healthy, fallback = rows[0], rows[1]
+    assert (healthy["network (per rank)"], healthy["RDMA"], healthy["verdict"]) == ("IB", "yes", "ok")
+    assert healthy["probe busbw (GB/s)"] == "190.250 at 1G" and healthy["expected (GB/s)"] == "185"
+    assert fallback["network (per rank)"] == "IB on ranks 0; Socket on ranks 1"
+    assert (fallback["RDMA"], fallback["verdict"]) == ("NO", "below expectation")
+    assert fallback["profile"] == "test" and fallback["carried by"] == "nccl"
 
 
 def test_throughput_scaling_and_stragglers(built):

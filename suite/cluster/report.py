@@ -70,6 +70,7 @@ class Run:
     log: results.RunLog
     summary: dict = None
     config: dict = None
+    env: dict = None
 
 
 @dataclass
@@ -123,7 +124,8 @@ def _scale(folder, plan, entry):
         run_dir = os.path.join(runs_dir, f"run_{index}")
         scale.runs.append(Run(index, results.read_run(path, plan["benchmark"]),
                               summary=_json(os.path.join(run_dir, "summary.json")),
-                              config=_json(os.path.join(run_dir, "config.json"))))
+                              config=_json(os.path.join(run_dir, "config.json")),
+                              env=_json(os.path.join(run_dir, "env.json"))))
     scale.allreduce = _json(os.path.join(runs_dir, "allreduce.json"))
     return scale
 
@@ -255,6 +257,7 @@ def build_document(data, threshold_pct, images):
     doc += _runs_section(data)
     doc += _throughput_section(data, images)
     doc += _straggler_section(data, threshold_pct, images)
+    doc += _network_section(data)
     doc += _allreduce_section(data, images)
     doc += _projection_section(data)
     doc += _reference_section(data)
@@ -325,6 +328,53 @@ def _straggler_section(data, threshold_pct, images):
                          *(_fmt(row[key], ".1f") for key in ("p50", "p90", "max")),
                          f"{row['slower_pct']:+.1f}%", "YES" if row["straggler"] else "no"])
     return blocks + [("table", header, rows), *_image(images, "stragglers.png", "Per-rank step time")]
+
+
+def _network_section(data):
+    header = ["system", "run", "profile", "carried by", "network (per rank)", "RDMA", "probe busbw (GB/s)",
+              "expected (GB/s)", "verdict"]
+    rows = [_network_row(scale, run) for scale in data.scales for run in scale.runs]
+    rows = [row for row in rows if row]
+    intro = ("Before run_start (untimed) every run records which transport NCCL chose on each rank, read "
+             "from NCCL's own INFO lines, and times one allreduce of a large message; its bus bandwidth is "
+             "compared with the cluster profile's expected figure for the node count and warned about "
+             "below 0.8 of it. A CPU run's gradients go over Gloo or MPI, never RDMA.")
+    if not rows:
+        return [("h2", "Network per run"),
+                ("p", intro + " No run of this sweep recorded it (one host on the CPU has no network to "
+                              "check).")]
+    return [("h2", "Network per run (measured before run_start)"), ("p", intro), ("table", header, rows)]
+
+
+def _network_row(scale, run):
+    env = run.env or {}
+    net, profile = env.get("network"), env.get("profile")
+    if not net:
+        return None
+    probe = net.get("probe") or {}
+    rdma = {True: "yes", False: "NO", None: "n/a (one node)" if net.get("nodes") == 1 else "unknown"}
+    return [scale.system, str(run.index), (profile or {}).get("name", "none"), net.get("library", "?"),
+            _networks(net), rdma[net.get("rdma")],
+            f"{probe['busbw_gbps']:.3f} at {_size(probe['bytes'])}" if probe else "—",
+            _fmt(net.get("expected_busbw_gbps"), "g"), net.get("status", "?")]
+
+
+def _networks(net):
+    """'IB' when every rank agrees, else each network with the ranks that chose it."""
+    ranks = net.get("ranks") or []
+    if not any(ranks):
+        return "—"
+    by_network = {}
+    for rank, found in enumerate(ranks):
+        if found is not None:
+            by_network.setdefault(found.get("network") or "unknown", []).append(rank)
+    if len(by_network) == 1:
+        return next(iter(by_network))
+    return "; ".join(f"{name} on ranks {_ranks(found)}" for name, found in sorted(by_network.items()))
+
+
+def _ranks(ranks):
+    return ", ".join(str(r) for r in ranks[:8]) + (" ..." if len(ranks) > 8 else "")
 
 
 def _allreduce_section(data, images):
