@@ -210,9 +210,11 @@ def _horovodrun(plan, args, worker):
     command = ["horovodrun", "-np", str(plan.np), "-H", hostfile.host_list(plan.hosts)]
     if args.controller:
         command.append(f"--{args.controller}")
-    if plan.profile.network_interface:
+    if plan.profile.network_interface and not all(preflight.is_this_machine(h.name) for h in plan.hosts):
         # Without it horovodrun probes every interface of every host over SSH and puts its own pick
-        # on mpirun's command line, where it beats the profile's variables.
+        # on mpirun's command line, where it beats the profile's variables. On this machine alone
+        # horovodrun wants loopback instead, and refuses an interface without 127.0.0.1
+        # (horovod/runner/driver/driver_service.py, get_local_interfaces).
         command += ["--network-interfaces", plan.profile.network_interface]
     if args.controller != "gloo" and any(key.startswith("UCX_") for key in plan.env):
         plan.notes.append("horovodrun's MPI path forces Open MPI's pml ob1 (TCP), so the UCX_* settings "

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -162,6 +163,24 @@ def check_hosts(hosts, python=sys.executable, directory=None, profile=None, ssh=
     reports = [probe(host.name, python, directory, ssh) for host in hosts]
     slots = {host.name: host.slots for host in hosts}
     return reports, problems(reports, here, profile, slots)
+
+
+def is_this_machine(name):
+    """True when name resolves to an address of this machine (binding to it succeeds only here)."""
+    if name in LOCAL_NAMES:
+        return True
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError):
+        return False
+    for family, _, _, _, address in infos:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def is_multi_host(hosts):
