@@ -8,7 +8,6 @@ WARN_BELOW of that expectation warns loudly; with --require-rdma a run without R
 import argparse
 import os
 import re
-import shutil
 import tempfile
 
 from suite.common.busbw import WARN_BELOW, expectation, format_size
@@ -77,17 +76,17 @@ class NcclLog:
 
     Set before NCCL creates its first communicator, which Horovod does at the first GPU collective.
     The file is local to the process (hosts need not share a file system); env.json keeps the parsed
-    result and the telling lines. A user's own NCCL_DEBUG_FILE is left alone and read instead.
+    result, the telling lines and the file's path. NCCL's warnings go to that file for the whole run
+    rather than to stderr, so it is kept, not deleted. A user's own NCCL_DEBUG_FILE is left alone
+    and read instead.
     """
 
     def __init__(self, environ):
         self.environ = environ
-        self.own_dir = None
         if environ.get("NCCL_DEBUG_FILE"):
             self.pattern = environ["NCCL_DEBUG_FILE"]
             return
-        self.own_dir = tempfile.mkdtemp(prefix="suite-nccl-")
-        self.pattern = os.path.join(self.own_dir, "nccl.%h.%p.log")
+        self.pattern = os.path.join(tempfile.mkdtemp(prefix="suite-nccl-"), "nccl.%h.%p.log")
         environ["NCCL_DEBUG_FILE"] = self.pattern
         # INFO for the two subsystems that name the transport; WARN and above still land in the file.
         environ["NCCL_DEBUG"] = "INFO"
@@ -99,11 +98,8 @@ class NcclLog:
             with open(path, errors="replace") as handle:
                 text = handle.read()
         except OSError:
-            return {**parse_nccl_log(""), "log_error": f"no NCCL log at {path}"}
-        finally:
-            if self.own_dir:
-                shutil.rmtree(self.own_dir, ignore_errors=True)
-        return parse_nccl_log(text)
+            return {**parse_nccl_log(""), "log": path, "log_error": f"no NCCL log at {path}"}
+        return {**parse_nccl_log(text), "log": path}
 
 
 def probe(hvd, world):
