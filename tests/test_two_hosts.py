@@ -9,14 +9,17 @@ loopback or two hosts share one name.
 """
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 from dataclasses import dataclass
 
 import pytest
 
 from conftest import BIN, REPO, TINY, check_log, read_json, read_log, subprocess_env
+from jobs import processes_of, started, wait_for
 from test_report import table_with
 from twohosts import LINK, ClusterUnavailable, TwoHosts
 
@@ -286,6 +289,45 @@ def test_a_sweep_from_one_host_to_two_and_its_report(cluster, hostfile, profile,
     assert (network["RDMA"], network["verdict"]) == ("NO", "below expectation")
     assert network["expected (GB/s)"] == str(UNREACHABLE_GBPS)
     assert float(network["probe busbw (GB/s)"].split()[0]) > 0
+
+
+# ---- faults ---------------------------------------------------------------------------------------
+
+# Every process of a job must be gone this long after one of its ranks was killed.
+FAULT_BOUND_SECONDS = 60
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launch", sorted(LAUNCHES))
+def test_a_rank_killed_on_the_second_host_ends_the_job_with_a_closed_log(
+        launch, cluster, hostfile, profile, small_data, tmp_path):
+    run_dir = tmp_path / "run"
+    launcher, model_flags, extra = LAUNCHES[launch](hostfile, profile)
+    model = ["-m", "models.resnet50"] if launch != "suite.launch" else ["models.resnet50"]
+    env = subprocess_env(**extra)
+    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    # Long enough that the kill lands mid-training.
+    command = [*launcher, *model, *TINY, "--set", "epochs=20", "--set", "epochs_between_evals=20",
+               "--data-dir", small_data, "--run-dir", str(run_dir), *model_flags]
+    job = subprocess.Popen(cluster.wrap("h1", command), env=env, cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: started(run_dir) or job.poll() is not None, 600, "run_start")
+        assert job.poll() is None, job.stdout.read()[-3000:]
+        victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == "h2")
+        os.kill(victim["pid"], signal.SIGKILL)
+        killed = time.time()
+        output, _ = job.communicate(timeout=FAULT_BOUND_SECONDS)
+        gone = wait_for(lambda: not processes_of(run_dir), FAULT_BOUND_SECONDS - (time.time() - killed),
+                        "every process of the job to end")
+        elapsed = time.time() - killed
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert gone and job.returncode != 0, output[-3000:]
+    assert elapsed < FAULT_BOUND_SECONDS
+    last = read_log(run_dir / "result_0.txt")[-1]
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted", (last, output[-3000:])
 
 
 def test_the_cluster_is_torn_down_with_nothing_left(tmp_path):

@@ -1,5 +1,6 @@
 """`python -m suite.cluster.launch`: one command from a hostfile, a process count and a cluster profile."""
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -303,14 +304,38 @@ def run(plan):
     if shutil.which(plan.command[0]) is None:
         raise LaunchError(f"{plan.command[0]} not found on PATH")
     process = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
-    while True:
-        try:
-            code = process.wait()
-            break
-        except KeyboardInterrupt:
-            # Ctrl-C reached the launcher's ranks too; wait for them to wind down.
-            continue
+    with forwarding_signals(process) as received:
+        while True:
+            try:
+                code = process.wait()
+                break
+            except KeyboardInterrupt:
+                # Ctrl-C reached the launcher's ranks too; wait for them to wind down.
+                continue
+    if received:
+        return 128 + received[0]
     return 128 + -code if code < 0 else code
+
+
+@contextlib.contextmanager
+def forwarding_signals(process, signums=(signal.SIGTERM, signal.SIGHUP)):
+    """Passes SIGTERM and SIGHUP on to the launcher, whose ranks then close their logs; yields the
+    signals received. Without it a batch system's SIGTERM would end this process alone and leave the
+    job running. SIGINT is left to the caller: Ctrl-C reaches the launcher from the terminal itself,
+    and a second one makes mpirun kill its ranks at once."""
+    received = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in signums}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv=None):

@@ -60,6 +60,10 @@ class RunFailed(SweepError):
     """A run or the allreduce benchmark ended badly; the sweep stops (exit 1) and a re-run retries it."""
 
 
+# A launch that ended because the sweep was told to stop: Ctrl-C, SIGTERM or SIGHUP (128 + number).
+INTERRUPTED = (130, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP)
+
+
 class Interrupted(Exception):
     """Ctrl-C during a run: the manifest says so and a re-run resumes."""
 
@@ -601,7 +605,7 @@ def _launch_run(sweep, scale, index, record, manifest, say, counter):
     seconds = round(time.time() - started, 1)
     launch.record(plan, directory, False, code, seconds)
     record.update(exit_code=code, seconds=seconds, finished=_now())
-    if code == 130 or code == -signal.SIGINT:
+    if code in INTERRUPTED:
         record["status"] = "interrupted"
         save(sweep, manifest)
         raise Interrupted()
@@ -632,7 +636,7 @@ def _allreduce(sweep, scale, manifest, say):
     code = run_logged(plan, os.path.join(sweep.runs_dir(scale), "allreduce-output.txt"), sweep.verbose)
     entry.update(exit_code=code, finished=_now())
     save(sweep, manifest)
-    if code in (130, -signal.SIGINT):
+    if code in INTERRUPTED:
         raise Interrupted()
     if code != 0 or not os.path.exists(path):
         raise RunFailed(f"{scale.system}: the allreduce benchmark failed (exit {code}); its output: "
@@ -652,30 +656,42 @@ def _allreduce_verdict(path, scale, say):
 
 
 def run_logged(plan, output, verbose):
-    """Runs the launch plan with its output in a file (and on stdout when verbose); returns the exit code."""
+    """Runs the launch plan with its output in a file (and on stdout when verbose); returns the exit code.
+
+    Ctrl-C gives 130; a SIGTERM or SIGHUP to the sweep is passed on to the launcher, whose ranks
+    close their logs, and gives 128 + its number: either way the run is redone on resume.
+    """
     if shutil.which(plan.command[0]) is None:
         raise SweepError(f"{plan.command[0]} not found on PATH")
     with open(output, "w") as sink:
         process = subprocess.Popen(plan.command, env={**os.environ, **plan.env}, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, errors="replace")
-        interrupted = False
-        while True:
-            try:
-                for line in process.stdout:
-                    sink.write(line)
-                    if verbose:
-                        sys.stdout.write(line)
-                process.wait()
-                break
-            except KeyboardInterrupt:
-                # A Ctrl-C at the terminal reaches the launcher too; a SIGINT sent to the sweep alone
-                # does not, so pass it on. Either way the launcher's ranks wind down, and the run is
-                # redone on resume.
-                if not interrupted:
-                    process.send_signal(signal.SIGINT)
-                interrupted = True
+        with launch.forwarding_signals(process) as received:
+            interrupted = _follow(process, sink, verbose)
+    if received:
+        return 128 + received[0]
     code = process.returncode
     return 130 if interrupted else (128 - code if code < 0 else code)
+
+
+def _follow(process, sink, verbose):
+    """Copies the launcher's output until it ends; True if a Ctrl-C came meanwhile."""
+    interrupted = False
+    while True:
+        try:
+            for line in process.stdout:
+                sink.write(line)
+                if verbose:
+                    sys.stdout.write(line)
+            process.wait()
+            return interrupted
+        except KeyboardInterrupt:
+            # A Ctrl-C at the terminal reaches the launcher too; a SIGINT sent to the sweep alone
+            # does not, so pass it on. Either way the launcher's ranks wind down, and the run is
+            # redone on resume.
+            if not interrupted:
+                process.send_signal(signal.SIGINT)
+            interrupted = True
 
 
 def copy_result(source, target):

@@ -1,6 +1,7 @@
 """MLPerf result log written with mlperf_logging.mllog, from rank 0 only."""
 import logging
 import os
+import threading
 
 from mlperf_logging import mllog
 from mlperf_logging.mllog import mllog as mllog_impl
@@ -20,6 +21,7 @@ class MLPerfLog:
         self.path = path
         self.enabled = enabled
         self._stopped = False
+        self._lock = threading.RLock()
         self._logger = None
         if enabled:
             # A logger of our own, so repeated runs in one process do not stack handlers on
@@ -91,17 +93,22 @@ class MLPerfLog:
         self.event(mllog.constants.EVAL_ACCURACY, float(accuracy), metadata={"epoch_num": epoch_num})
 
     def run_stop(self, status, reason=None):
-        """Closes the run once; later calls are ignored so an abort after success cannot overwrite it."""
-        if self._stopped:
-            return
-        self._stopped = True
-        metadata = {"status": status}
-        if reason:
-            metadata["reason"] = reason
-        self.end(mllog.constants.RUN_STOP, metadata=metadata)
+        """Closes the run once; later calls are ignored so an abort after success cannot overwrite it.
+
+        Also called from the signal watcher's thread while the main thread may be logging.
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            metadata = {"status": status}
+            if reason:
+                metadata["reason"] = reason
+            self.end(mllog.constants.RUN_STOP, metadata=metadata)
 
     def close(self):
-        if self._logger:
-            self._handler.close()
-            self._logger.logger.removeHandler(self._handler)
-            self._logger = None
+        with self._lock:
+            if self._logger:
+                self._handler.close()
+                self._logger.logger.removeHandler(self._handler)
+                self._logger = None

@@ -11,7 +11,7 @@ import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
 from suite.common.config import to_dict
 from suite.common.workload import Division
-from suite.train import dist, network, rundir
+from suite.train import dist, network, rundir, signals
 from suite.train.loop import train
 from suite.train.mlperf import ABORTED, MLPerfLog
 
@@ -49,6 +49,7 @@ class _Run:
 def run(spec, config, preset, run_dir=None, options=Options()):
     """Runs the benchmark and returns the exit code (0 success or budget reached, 1 failure)."""
     state = _Run()
+    signals.Watcher(lambda signum: _on_signal(state, signum)).start()
     try:
         return _run(spec, config, preset, run_dir, state, options)
     except BaseException as err:  # noqa: BLE001 - every failure must close the log and free the others
@@ -193,6 +194,18 @@ def _abort(spec, state, err):
             # Give rank 0 time to write run_stop before the launcher tears the job down.
             time.sleep(PEER_GRACE_SECONDS if state.started else 3)
     return 1
+
+
+def _on_signal(state, signum):
+    """The launcher is ending the job (or Ctrl-C): rank 0 closes the log as aborted, in this thread."""
+    world, name = state.world, signals.name(signum)
+    if state.log is not None:
+        if state.started:
+            state.log.run_stop(ABORTED, reason=f"stopped by {name}")
+        state.log.close()
+    if world is None or world.is_root:
+        closed = " (run_stop aborted written)" if state.started else ""
+        _write(sys.stderr, f"rank {world.rank if world else 0}: stopped by {name}{closed}")
 
 
 def _is_unexpected(job, err):

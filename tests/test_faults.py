@@ -1,0 +1,91 @@
+"""Faults on this machine: a SIGTERM to the suite's launcher ends the job with a closed log.
+
+The faults that involve a second host (a rank killed there) are in test_two_hosts.py.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, TINY, read_json, read_log, subprocess_env
+from jobs import processes_of, started, wait_for
+
+# How long the job may take to end once the launcher was told to stop.
+STOP_BOUND_SECONDS = 30
+
+
+# The main thread blocks in a C call that does not return when a signal arrives, as a rank does
+# inside a TensorFlow op waiting for a collective: glibc's system() retries its wait after EINTR, and
+# ctypes releases the GIL meanwhile. A Python-level handler would never run; the watcher must act.
+BLOCKED = """
+import ctypes, sys
+from suite.train import signals
+def closed(signum):
+    with open(sys.argv[1], "w") as handle:
+        handle.write(signals.name(signum))
+signals.Watcher(closed).start()
+print("ready", flush=True)
+ctypes.CDLL(None).system(b"sleep 60")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_the_watcher_acts_while_the_main_thread_is_blocked_in_c(signum, tmp_path):
+    marker = tmp_path / "closed"
+    process = subprocess.Popen([sys.executable, "-c", BLOCKED, str(marker)], cwd=REPO, env=subprocess_env(),
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert process.stdout.readline() == "ready\n"
+        time.sleep(0.5)  # into system()
+        process.send_signal(signum)
+        assert process.wait(timeout=10) == 128 + signum
+        assert marker.read_text() == signal.Signals(signum).name
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the orphaned `sleep 60`
+
+
+def start_long_run(command, run_dir, env=None):
+    """A job that trains far longer than any test waits; returns once its run has started."""
+    job = subprocess.Popen(command, cwd=REPO, env=env or subprocess_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: started(run_dir) or job.poll() is not None, 600, "run_start")
+    assert job.poll() is None, job.stdout.read()[-3000:]
+    return job
+
+
+def long_training(small_data, run_dir):
+    return [*TINY, "--set", "epochs=20", "--set", "epochs_between_evals=20", "--data-dir", small_data,
+            "--run-dir", str(run_dir)]
+
+
+def assert_ends_closed(job, run_dir, since, bound):
+    """The job exits non-zero within bound seconds of `since`, its log closed as aborted, nothing left."""
+    try:
+        output, _ = job.communicate(timeout=bound)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    wait_for(lambda: not processes_of(run_dir), bound - (time.time() - since), "every process to end")
+    assert time.time() - since < bound
+    last = read_log(run_dir / "result_0.txt")[-1]
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted", (last, output[-3000:])
+    return job.returncode, last, output
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_stops_the_job_with_run_stop(small_data, tmp_path):
+    """A batch system's SIGTERM reaches suite.cluster.launch only: it passes it on, rank 0 closes the log."""
+    run_dir = tmp_path / "run"
+    launch = [sys.executable, "-m", "suite.cluster.launch", "--hostfile", "hostfiles/localhost",
+              "--profile", "local-cpu"]
+    job = start_long_run([*launch, "--", "models.resnet50", *long_training(small_data, run_dir)], run_dir)
+    pids = [rank["pid"] for rank in read_json(run_dir / "env.json")["ranks"]]
+    job.send_signal(signal.SIGTERM)
+    code, last, output = assert_ends_closed(job, run_dir, time.time(), STOP_BOUND_SECONDS)
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert last["metadata"]["reason"] == "stopped by SIGTERM"
+    assert "rank 0: stopped by SIGTERM (run_stop aborted written)" in output
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
