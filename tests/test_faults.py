@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import REPO, TINY, read_json, read_log, subprocess_env
+from conftest import REPO, TINY, read_json, read_log, run, subprocess_env, train_cmd
 from jobs import processes_of, started, wait_for
 
 # How long the job may take to end once the launcher was told to stop.
@@ -89,3 +89,21 @@ def test_sigterm_to_the_launcher_stops_the_job_with_run_stop(small_data, tmp_pat
     assert last["metadata"]["reason"] == "stopped by SIGTERM"
     assert "rank 0: stopped by SIGTERM (run_stop aborted written)" in output
     assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+
+
+@pytest.mark.slow
+def test_a_nan_loss_ends_the_run_on_every_rank_at_the_same_step(small_data, tmp_path):
+    """Weights poisoned after step 1: step 2's loss is NaN on both ranks, and both stop there."""
+    run_dir = tmp_path / "run"
+    result = run(train_cmd(*TINY, "--set", "poison_weights_at_step=1", "--data-dir", small_data,
+                           "--run-dir", str(run_dir), launcher=("horovodrun", "--gloo"), np=2), timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    last = read_log(run_dir / "result_0.txt")[-1]
+    cause = "the loss is not finite (NaN or infinite) at step 2 on 2 rank(s)"
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted"
+    assert last["metadata"]["reason"].startswith(cause), last
+    # One line for the job, from rank 0; the other rank reached the same verdict and stops quietly.
+    errors = [line for line in output.splitlines() if "error (rank" in line]
+    assert len(errors) == 1 and f"error (rank 0): {cause}" in errors[0], output[-3000:]
+    assert read_json(run_dir / "config.json")["division"] == "open"

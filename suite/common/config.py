@@ -46,6 +46,9 @@ class CommonConfig:
     resume_from: str = ""
     """A checkpoint saved by save_checkpoints (its directory or prefix): training goes on after the
     evaluation it was saved at. Every rank reads it, so multi-node jobs need it on a shared file system."""
+    poison_weights_at_step: int = 0
+    """Testing aid (0: never): after this step every rank sets one weight to NaN, so the next loss is
+    not finite and the run must end as aborted. Makes the run open division."""
 
     def problems(self):
         """Returns one-line descriptions of invalid settings (an empty list when valid)."""
@@ -56,6 +59,9 @@ class CommonConfig:
             found.append(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.log_every <= 0:
             found.append(f"log_every must be positive, not {self.log_every}")
+        if self.poison_weights_at_step < 0:
+            found.append(f"poison_weights_at_step must be 0 (never) or a step number, "
+                         f"not {self.poison_weights_at_step}")
         if self.submission_status not in ("cloud", "onprem", "preview", "research"):
             found.append(f"submission_status must be cloud, onprem, preview or research, "
                          f"not {self.submission_status!r}")

@@ -1,5 +1,6 @@
 """The training loop: blocks of epochs, the one train step, exact evaluation, stop at the target."""
 import hashlib
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -217,12 +218,16 @@ def train(job, world, log, config, say=print, run_dir=None):
                     dist.broadcast_state(job.model, job.optimizer)
                     synced = True
                 step += 1
+                if step == config.poison_weights_at_step:
+                    poison(job.model)
                 interval = timer.tick(loss)
                 if interval:
+                    check_finite(loss, step)
                     _report_progress(say, job, world, step, loss, interval)
             if epoch_num is not None:
                 log.epoch_stop(epoch_num)
-        timer.flush(loss)
+        if timer.flush(loss):
+            check_finite(loss, step)
         log.eval_start(block.eval_epoch_num)
         accuracy, counted = evaluate(job, eval_step, name=f"eval_{block.eval_epoch_num}")
         log.eval_result(block.eval_epoch_num, accuracy)
@@ -243,6 +248,31 @@ def train(job, world, log, config, say=print, run_dir=None):
     return RunOutcome(status=status, accuracy=accuracy, weights_digest=weights_digest(job.model),
                       evals=evals, steps=step,
                       train_seconds=time.perf_counter() - run_started, timing=timer.summary())
+
+
+class NonFiniteLoss(ValueError):
+    """A NaN or infinite loss: training cannot recover, so the run ends as aborted."""
+
+    on_every_rank = True  # decided by one allreduce, so every rank stops at the same step
+
+
+def check_finite(loss, step):
+    """Raises NonFiniteLoss on every rank when any rank's loss is NaN or infinite.
+
+    Checked where the loss is already on the host (each timing interval), so it costs one tiny
+    allreduce there. fp16 loss-scale overflows do not count: they make the scaled gradients
+    infinite, and the optimizer skips that step, while the loss itself stays finite.
+    """
+    bad = dist.allreduce_sum([0.0 if math.isfinite(float(loss)) else 1.0], name="loss_finite")[0]
+    if bad:
+        raise NonFiniteLoss(f"the loss is not finite (NaN or infinite) at step {step} on {int(bad)} "
+                            f"rank(s); lower the learning rate or check the data")
+
+
+def poison(model):
+    """The poison_weights_at_step testing aid: one weight becomes NaN on this rank."""
+    variable = model.trainable_variables[0]
+    variable.assign(tf.fill(variable.shape, float("nan")))
 
 
 def _report_progress(say, job, world, step, loss, interval):

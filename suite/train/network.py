@@ -33,6 +33,8 @@ EVIDENCE = (USING_NETWORK, IB_DEVICES, SOCKET_DEVICES, NO_IB, IB_DISABLED)
 class NetworkError(RuntimeError):
     """--require-rdma and the job did not get RDMA; the message is one line."""
 
+    on_every_rank = True  # every rank reaches the verdict from the same gathered evidence
+
 
 def parse_nccl_log(text):
     """What one process's NCCL INFO lines say about its transport.

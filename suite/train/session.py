@@ -132,11 +132,7 @@ def _check_network(world, ranks, nccl_log, options):
     for line in warnings:
         _warn(world, f"warning: {line}")
     if options.require_rdma:
-        try:
-            network.check_required(record, warnings)
-        except network.NetworkError as err:
-            # Every rank reached the same verdict; rank 0 alone says it.
-            raise err if world.is_root else _PeerFailed(str(err))
+        network.check_required(record, warnings)
     return record
 
 
@@ -173,6 +169,10 @@ def _abort(spec, state, err):
     """Closes the log as aborted, tells the user in one line and frees the ranks waiting on this one."""
     world = state.world
     rank = world.rank if world else 0
+    if getattr(err, "on_every_rank", False) and world is not None and not world.is_root:
+        # Every rank reached this verdict at the same point; rank 0 says it and closes the log.
+        dist.shutdown()
+        return 1
     caused_elsewhere = isinstance(err, _PeerFailed) or "Horovod has been shut down" in str(err)
     # Rank 0 sees only Horovod's shutdown; the cause is on the failed rank's stderr.
     message = "stopped because another rank failed" if caused_elsewhere else _one_line(state.job, err)
@@ -242,8 +242,8 @@ def _one_line(job, err):
     described = job.describe_error(err) if job and job.describe_error else None
     if described:
         return described
-    if isinstance(err, network.NetworkError):
-        return str(err)  # already one line that names the flag
+    if getattr(err, "on_every_rank", False):
+        return str(err)  # already one line that names its cause
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
@@ -253,6 +253,8 @@ def division_of_run(division, config):
     reasons = list(division.reasons)
     if config.resume_from:
         reasons.append(f"resumed from {config.resume_from} (closed: one uninterrupted run)")
+    if config.poison_weights_at_step:
+        reasons.append("weights poisoned with NaN for a test (poison_weights_at_step)")
     return Division("open" if reasons else "closed", tuple(reasons))
 
 
