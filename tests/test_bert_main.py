@@ -215,4 +215,4 @@ def test_a_bad_record_mid_training_aborts_both_ranks_with_the_file_named(bert_da
     assert any(line.startswith("error") and shard.name in line and "masked_lm_weights" in line
                for lines in rank_lines(result.stderr).values() for line in lines), result.stderr[-3000:]
     reason = assert_aborted(run_dir)
-    assert "another rank failed" in reason or shard.name in reason
+    assert "another rank" in reason or shard.name in reason

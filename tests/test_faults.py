@@ -86,7 +86,7 @@ def test_sigterm_to_the_launcher_stops_the_job_with_run_stop(small_data, tmp_pat
     job.send_signal(signal.SIGTERM)
     code, last, output = assert_ends_closed(job, run_dir, time.time(), STOP_BOUND_SECONDS)
     assert code == 128 + signal.SIGTERM, output[-3000:]
-    assert last["metadata"]["reason"] == "stopped by SIGTERM"
+    assert last["metadata"]["reason"].startswith("stopped by SIGTERM from the launcher")
     assert "rank 0: stopped by SIGTERM (run_stop aborted written)" in output
     assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
 

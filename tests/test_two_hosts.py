@@ -54,7 +54,7 @@ def profile(tmp_path_factory):
     """
     path = tmp_path_factory.mktemp("profile") / "two-hosts.yaml"
     path.write_text(f"name: two-hosts\nversion: 1\ndescription: two network namespaces\ngpus_per_node: 0\n"
-                    f"network_interface: {LINK}\nenv: {{NCCL_DEBUG: WARN}}\n"
+                    f"network_interface: {LINK}\nenv: {{NCCL_DEBUG: WARN, OMPI_MCA_mpi_yield_when_idle: 1}}\n"
                     f"expected_busbw_gbps: {{2: {UNREACHABLE_GBPS}}}\n")
     return str(path)
 

@@ -19,11 +19,11 @@ from suite.train.mlperf import ABORTED, MLPerfLog
 # missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.
 USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError, network.NetworkError)
 
-# How long a failed non-root rank stays up once training has started. Rank 0 learns of the
-# failure only at its next collective, and the first step may still be tracing or compiling
-# (15 s on two CPU cores, longer with XLA); it then writes run_stop and exits, and the launcher
-# ends this process early. A fixed few seconds let the launcher kill rank 0 with its log open.
-PEER_GRACE_SECONDS = 60
+# How long a failed non-root rank stays up once training has started, so that rank 0 can learn of
+# the failure at its next collective and log it as such. If it is still tracing or compiling then
+# (15 s on two CPU cores, longer with XLA), the launcher's SIGTERM reaches it first once this rank
+# has exited, and its signal watcher closes the log instead (suite/train/signals.py).
+PEER_GRACE_SECONDS = 10
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,8 @@ def _on_signal(state, signum):
     world, name = state.world, signals.name(signum)
     if state.log is not None:
         if state.started:
-            state.log.run_stop(ABORTED, reason=f"stopped by {name}")
+            state.log.run_stop(ABORTED, reason=f"stopped by {name} from the launcher (another rank may "
+                                               f"have failed: see its error)")
         state.log.close()
     if world is None or world.is_root:
         closed = " (run_stop aborted written)" if state.started else ""
