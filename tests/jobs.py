@@ -31,3 +31,12 @@ def wait_for(predicate, timeout, what):
 def started(run_dir):
     log = run_dir / "result_0.txt"
     return log.exists() and '"key": "run_start"' in log.read_text() and (run_dir / "env.json").exists()
+
+
+def alive(pid):
+    """True while pid runs (a zombie, dead but not yet reaped by its new parent, does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import REPO, TINY, read_json, read_log, run, subprocess_env, train_cmd
-from jobs import processes_of, started, wait_for
+from jobs import alive, processes_of, started, wait_for
 
 # How long the job may take to end once the launcher was told to stop.
 STOP_BOUND_SECONDS = 30
@@ -57,7 +57,7 @@ def start_long_run(command, run_dir, env=None):
 
 
 def long_training(small_data, run_dir):
-    return [*TINY, "--set", "epochs=20", "--set", "epochs_between_evals=20", "--data-dir", small_data,
+    return [*TINY, "--set", "epochs=500", "--set", "epochs_between_evals=500", "--data-dir", small_data,
             "--run-dir", str(run_dir)]
 
 
@@ -88,7 +88,7 @@ def test_sigterm_to_the_launcher_stops_the_job_with_run_stop(small_data, tmp_pat
     assert code == 128 + signal.SIGTERM, output[-3000:]
     assert last["metadata"]["reason"].startswith("stopped by SIGTERM from the launcher")
     assert "rank 0: stopped by SIGTERM (run_stop aborted written)" in output
-    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+    assert not [pid for pid in pids if alive(pid)]
 
 
 @pytest.mark.slow

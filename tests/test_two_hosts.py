@@ -307,7 +307,7 @@ def test_a_rank_killed_on_the_second_host_ends_the_job_with_a_closed_log(
     env = subprocess_env(**extra)
     env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
     # Long enough that the kill lands mid-training.
-    command = [*launcher, *model, *TINY, "--set", "epochs=20", "--set", "epochs_between_evals=20",
+    command = [*launcher, *model, *TINY, "--set", "epochs=500", "--set", "epochs_between_evals=500",
                "--data-dir", small_data, "--run-dir", str(run_dir), *model_flags]
     job = subprocess.Popen(cluster.wrap("h1", command), env=env, cwd=REPO, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)

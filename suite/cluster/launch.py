@@ -303,32 +303,32 @@ def run(plan):
     """Runs the command with the profile's variables added to this environment; returns its exit code."""
     if shutil.which(plan.command[0]) is None:
         raise LaunchError(f"{plan.command[0]} not found on PATH")
-    process = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
+    process = subprocess.Popen(plan.command, env={**os.environ, **plan.env}, process_group=0)
     with forwarding_signals(process) as received:
-        while True:
-            try:
-                code = process.wait()
-                break
-            except KeyboardInterrupt:
-                # Ctrl-C reached the launcher's ranks too; wait for them to wind down.
-                continue
+        code = process.wait()
     if received:
         return 128 + received[0]
     return 128 + -code if code < 0 else code
 
 
 @contextlib.contextmanager
-def forwarding_signals(process, signums=(signal.SIGTERM, signal.SIGHUP)):
-    """Passes SIGTERM and SIGHUP on to the launcher, whose ranks then close their logs; yields the
-    signals received. Without it a batch system's SIGTERM would end this process alone and leave the
-    job running. SIGINT is left to the caller: Ctrl-C reaches the launcher from the terminal itself,
-    and a second one makes mpirun kill its ranks at once."""
+def forwarding_signals(process, signums=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+    """Passes SIGINT, SIGTERM and SIGHUP on to the launcher's whole process group, once each; yields
+    the signals received.
+
+    The launcher runs in a process group of its own (Popen(process_group=0)): horovodrun starts
+    mpirun through /bin/sh, which would die of a SIGTERM without passing it on, leaving mpirun and
+    its ranks running. Ctrl-C at the terminal reaches this process alone for the same reason, and
+    is passed on exactly once (a second one makes mpirun kill its ranks before they close the log).
+    """
     received = []
 
     def forward(signum, frame):
+        if signum in received:
+            return
         received.append(signum)
         with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signum)
+            os.killpg(process.pid, signum)
 
     previous = {signum: signal.signal(signum, forward) for signum in signums}
     try:

@@ -61,7 +61,7 @@ class RunFailed(SweepError):
 
 
 # A launch that ended because the sweep was told to stop: Ctrl-C, SIGTERM or SIGHUP (128 + number).
-INTERRUPTED = (130, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP)
+INTERRUPTED = (128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP)
 
 
 class Interrupted(Exception):
@@ -658,40 +658,24 @@ def _allreduce_verdict(path, scale, say):
 def run_logged(plan, output, verbose):
     """Runs the launch plan with its output in a file (and on stdout when verbose); returns the exit code.
 
-    Ctrl-C gives 130; a SIGTERM or SIGHUP to the sweep is passed on to the launcher, whose ranks
-    close their logs, and gives 128 + its number: either way the run is redone on resume.
+    Ctrl-C, SIGTERM or SIGHUP to the sweep is passed on to the launcher's process group, whose ranks
+    close their logs, and gives 128 + the signal's number: the run is then redone on resume.
     """
     if shutil.which(plan.command[0]) is None:
         raise SweepError(f"{plan.command[0]} not found on PATH")
     with open(output, "w") as sink:
         process = subprocess.Popen(plan.command, env={**os.environ, **plan.env}, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, errors="replace")
+                                   stderr=subprocess.STDOUT, text=True, errors="replace", process_group=0)
         with launch.forwarding_signals(process) as received:
-            interrupted = _follow(process, sink, verbose)
-    if received:
-        return 128 + received[0]
-    code = process.returncode
-    return 130 if interrupted else (128 - code if code < 0 else code)
-
-
-def _follow(process, sink, verbose):
-    """Copies the launcher's output until it ends; True if a Ctrl-C came meanwhile."""
-    interrupted = False
-    while True:
-        try:
             for line in process.stdout:
                 sink.write(line)
                 if verbose:
                     sys.stdout.write(line)
             process.wait()
-            return interrupted
-        except KeyboardInterrupt:
-            # A Ctrl-C at the terminal reaches the launcher too; a SIGINT sent to the sweep alone
-            # does not, so pass it on. Either way the launcher's ranks wind down, and the run is
-            # redone on resume.
-            if not interrupted:
-                process.send_signal(signal.SIGINT)
-            interrupted = True
+    if received:
+        return 128 + received[0]
+    code = process.returncode
+    return 128 - code if code < 0 else code
 
 
 def copy_result(source, target):

@@ -270,8 +270,12 @@ def check_finite(loss, step):
 
 
 def poison(model):
-    """The poison_weights_at_step testing aid: one weight becomes NaN on this rank."""
-    variable = model.trainable_variables[0]
+    """The poison_weights_at_step testing aid: one weight becomes NaN on this rank.
+
+    The last variable (an output bias): NaN reaches the logits directly, where an early one could be
+    flattened to zeros by a ReLU.
+    """
+    variable = model.trainable_variables[-1]
     variable.assign(tf.fill(variable.shape, float("nan")))
 
 
