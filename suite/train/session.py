@@ -24,6 +24,9 @@ USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.Launch
 # (15 s on two CPU cores, longer with XLA), the launcher's SIGTERM reaches it first once this rank
 # has exited, and its signal watcher closes the log instead (suite/train/signals.py).
 PEER_GRACE_SECONDS = 10
+# After a verdict every rank reached together (a NaN loss, --require-rdma): rank 0 has only to write
+# one line and run_stop.
+VERDICT_GRACE_SECONDS = 3
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,10 @@ def _abort(spec, state, err):
     world = state.world
     rank = world.rank if world else 0
     if getattr(err, "on_every_rank", False) and world is not None and not world.is_root:
-        # Every rank reached this verdict at the same point; rank 0 says it and closes the log.
+        # Every rank reached this verdict at the same point; rank 0 says it and closes the log. The
+        # pause lets it do so before this exit makes the launcher signal it.
         dist.shutdown()
+        time.sleep(VERDICT_GRACE_SECONDS)
         return 1
     caused_elsewhere = isinstance(err, _PeerFailed) or "Horovod has been shut down" in str(err)
     # Rank 0 sees only Horovod's shutdown; the cause is on the failed rank's stderr.
