@@ -43,13 +43,15 @@ def test_bad_input_is_one_line_without_a_traceback_file(tmp_path, capsys):
 
 
 def test_a_resumed_run_is_open_division_and_says_why():
-    from types import SimpleNamespace
+    from suite.common.config import CommonConfig
     from suite.common.workload import Division
-    resumed = session.division_of_run(Division("closed"), SimpleNamespace(resume_from="runs/a/checkpoints"))
+    resumed = session.division_of_run(Division("closed"), CommonConfig(resume_from="runs/a/checkpoints"))
     assert resumed.name == "open"
     assert resumed.reasons == ("resumed from runs/a/checkpoints (closed: one uninterrupted run)",)
     already_open = session.division_of_run(Division("open", ("synthetic data",)),
-                                           SimpleNamespace(resume_from="ckpt"))
+                                           CommonConfig(resume_from="ckpt"))
     assert already_open.reasons[0] == "synthetic data" and len(already_open.reasons) == 2
-    fresh = session.division_of_run(Division("closed"), SimpleNamespace(resume_from=""))
+    fresh = session.division_of_run(Division("closed"), CommonConfig())
     assert (fresh.name, fresh.reasons) == ("closed", ())
+    poisoned = session.division_of_run(Division("closed"), CommonConfig(poison_weights_at_step=3))
+    assert poisoned.name == "open" and "poison_weights_at_step" in poisoned.reasons[0]

@@ -73,8 +73,10 @@ def test_dry_run_localhost_lists_every_run():
             sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
             assert sets == [f"submission_org={SUBMITTER}", f"submission_platform={system}",
                             "submission_status=onprem"]
-        # local-cpu sets nothing; the ranks learn which profile the launcher applied.
-        assert env == {"SUITE_PROFILE": profiles.load("local-cpu").path, "SUITE_PROFILE_RESOLVED": "1"}
+        # local-cpu's one variable, and the profile the launcher applied, for the ranks to record.
+        local = profiles.load("local-cpu")
+        assert env == {"OMPI_MCA_mpi_yield_when_idle": "1", "SUITE_PROFILE": local.path,
+                       "SUITE_PROFILE_RESOLVED": "1"}
     assert not os.path.exists("/tmp/never-written")
 
 
