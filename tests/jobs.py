@@ -1,8 +1,11 @@
 """Watching a job from outside: its processes, its log's progress, a bounded wait."""
 import os
+import subprocess
 import time
 
 import pytest
+
+from conftest import REPO, TINY, read_log, subprocess_env
 
 
 def processes_of(run_dir):
@@ -40,3 +43,36 @@ def alive(pid):
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def start_long_run(command, run_dir, env=None):
+    """A job that trains far longer than any test waits; returns once its run has started."""
+    job = subprocess.Popen(command, cwd=REPO, env=env or subprocess_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: started(run_dir) or job.poll() is not None, 600, "run_start")
+        assert job.poll() is None, job.stdout.read()[-3000:]
+    except BaseException:
+        if job.poll() is None:
+            job.kill()
+        raise
+    return job
+
+
+def long_training(small_data, run_dir):
+    return [*TINY, "--set", "epochs=500", "--set", "epochs_between_evals=500", "--data-dir", small_data,
+            "--run-dir", str(run_dir)]
+
+
+def assert_ends_closed(job, run_dir, since, bound):
+    """The job exits non-zero within bound seconds of `since`, its log closed as aborted, nothing left."""
+    try:
+        output, _ = job.communicate(timeout=bound)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    wait_for(lambda: not processes_of(run_dir), bound - (time.time() - since), "every process to end")
+    assert time.time() - since < bound
+    last = read_log(run_dir / "result_0.txt")[-1]
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted", (last, output[-3000:])
+    return job.returncode, last, output

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import REPO, TINY, read_json, read_log, run, subprocess_env, train_cmd
-from jobs import alive, processes_of, started, wait_for
+from jobs import alive, assert_ends_closed, long_training, start_long_run
 
 # How long the job may take to end once the launcher was told to stop.
 STOP_BOUND_SECONDS = 30
@@ -45,34 +45,6 @@ def test_the_watcher_acts_while_the_main_thread_is_blocked_in_c(signum, tmp_path
         assert marker.read_text() == signal.Signals(signum).name
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the orphaned `sleep 60`
-
-
-def start_long_run(command, run_dir, env=None):
-    """A job that trains far longer than any test waits; returns once its run has started."""
-    job = subprocess.Popen(command, cwd=REPO, env=env or subprocess_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    wait_for(lambda: started(run_dir) or job.poll() is not None, 600, "run_start")
-    assert job.poll() is None, job.stdout.read()[-3000:]
-    return job
-
-
-def long_training(small_data, run_dir):
-    return [*TINY, "--set", "epochs=500", "--set", "epochs_between_evals=500", "--data-dir", small_data,
-            "--run-dir", str(run_dir)]
-
-
-def assert_ends_closed(job, run_dir, since, bound):
-    """The job exits non-zero within bound seconds of `since`, its log closed as aborted, nothing left."""
-    try:
-        output, _ = job.communicate(timeout=bound)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    wait_for(lambda: not processes_of(run_dir), bound - (time.time() - since), "every process to end")
-    assert time.time() - since < bound
-    last = read_log(run_dir / "result_0.txt")[-1]
-    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted", (last, output[-3000:])
-    return job.returncode, last, output
 
 
 @pytest.mark.slow

@@ -238,9 +238,10 @@ def test_every_shipped_profile_loads():
         assert profile.name == name and profile.version >= 1
     oci = profiles.load("oci-bm-gpu-gm4-8")
     assert oci.gpus_per_node == 8 and oci.expected_busbw_gbps == {1: 235.0, 2: 185.0, 4: 185.0}
-    assert oci.placeholders() == sorted(INTERFACE_VARIABLES) and oci.uses_rdma
+    assert oci.placeholders() == sorted(INTERFACE_VARIABLES) and oci.env["NCCL_NET"] == "IB"
     assert oci.mpi_args == () and oci.env["OMPI_MCA_coll"] == "^hcoll"
-    assert profiles.load("generic-infiniband").uses_rdma and not profiles.load("tcp-only").uses_rdma
+    assert profiles.load("generic-infiniband").env["NCCL_NET"] == "IB"
+    assert "NCCL_NET" not in profiles.load("tcp-only").env
     assert profiles.load("tcp-only").env["NCCL_IB_DISABLE"] == "1"
     assert not [k for k in profiles.load("local-cpu").env if k.startswith(("NCCL_", "UCX_"))]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from conftest import BIN, REPO, TINY, check_log, read_json, read_log, subprocess_env
-from jobs import processes_of, started, wait_for
+from jobs import assert_ends_closed, long_training, start_long_run
 from test_report import table_with
 from twohosts import LINK, ClusterUnavailable, TwoHosts
 
@@ -306,28 +306,12 @@ def test_a_rank_killed_on_the_second_host_ends_the_job_with_a_closed_log(
     model = ["-m", "models.resnet50"] if launch != "suite.launch" else ["models.resnet50"]
     env = subprocess_env(**extra)
     env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
-    # Long enough that the kill lands mid-training.
-    command = [*launcher, *model, *TINY, "--set", "epochs=500", "--set", "epochs_between_evals=500",
-               "--data-dir", small_data, "--run-dir", str(run_dir), *model_flags]
-    job = subprocess.Popen(cluster.wrap("h1", command), env=env, cwd=REPO, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_for(lambda: started(run_dir) or job.poll() is not None, 600, "run_start")
-        assert job.poll() is None, job.stdout.read()[-3000:]
-        victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == "h2")
-        os.kill(victim["pid"], signal.SIGKILL)
-        killed = time.time()
-        output, _ = job.communicate(timeout=FAULT_BOUND_SECONDS)
-        gone = wait_for(lambda: not processes_of(run_dir), FAULT_BOUND_SECONDS - (time.time() - killed),
-                        "every process of the job to end")
-        elapsed = time.time() - killed
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert gone and job.returncode != 0, output[-3000:]
-    assert elapsed < FAULT_BOUND_SECONDS
-    last = read_log(run_dir / "result_0.txt")[-1]
-    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted", (last, output[-3000:])
+    command = [*launcher, *model, *long_training(small_data, run_dir), *model_flags]
+    job = start_long_run(cluster.wrap("h1", command), run_dir, env)
+    victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == "h2")
+    os.kill(victim["pid"], signal.SIGKILL)
+    code, _, output = assert_ends_closed(job, run_dir, time.time(), FAULT_BOUND_SECONDS)
+    assert code != 0, output[-3000:]
 
 
 def test_the_cluster_is_torn_down_with_nothing_left(tmp_path):

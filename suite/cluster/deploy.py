@@ -64,7 +64,6 @@ PRESET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Host paths end up unquoted in #SBATCH lines and in Pyxis' comma/colon-separated mount list.
 HOST_PATH = re.compile(r"^/[A-Za-z0-9._/+@-]*$")
 K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,-]+$")
 SLURM_TIME = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{2}){0,2}$")

@@ -267,10 +267,9 @@ def _srun(plan, args, worker):
                           f"slots {', '.join(str(s) for s in sorted(slots))}")
     if plan.profile.mpi_args:
         plan.notes.append("the profile's mpi_args do not apply under srun")
-    per_node = slots.pop()
-    nodes = -(-plan.np // per_node)
-    # -N must be the nodes this process count fills: Slurm spreads --ntasks over every node -N gives.
-    command = ["srun", "--mpi=pmix", "-N", str(nodes), f"--ntasks-per-node={per_node}",
+    # plan.hosts are the nodes this process count fills: Slurm spreads --ntasks over every node -N
+    # gives, so a 1-node point of a 4-node hostfile must say -N 1.
+    command = ["srun", "--mpi=pmix", "-N", str(len(plan.hosts)), f"--ntasks-per-node={slots.pop()}",
                f"--ntasks={plan.np}", "--cpu-bind=none", "--export=ALL"]
     if args.hostfile:
         command.append("--nodelist=" + ",".join(host.name for host in plan.hosts))

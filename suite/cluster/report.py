@@ -331,14 +331,15 @@ def _straggler_section(data, threshold_pct, images):
 
 
 def _network_section(data):
+    from suite.common.busbw import WARN_BELOW
     header = ["system", "run", "profile", "carried by", "network (per rank)", "RDMA", "probe busbw (GB/s)",
               "expected (GB/s)", "verdict"]
     rows = [_network_row(scale, run) for scale in data.scales for run in scale.runs]
     rows = [row for row in rows if row]
     intro = ("Before run_start (untimed) every run records which transport NCCL chose on each rank, read "
              "from NCCL's own INFO lines, and times one allreduce of a large message; its bus bandwidth is "
-             "compared with the cluster profile's expected figure for the node count and warned about "
-             "below 0.8 of it. A CPU run's gradients go over Gloo or MPI, never RDMA.")
+             f"compared with the cluster profile's expected figure for the node count and warned about "
+             f"below {WARN_BELOW} of it. A CPU run's gradients go over Gloo or MPI, never RDMA.")
     if not rows:
         return [("h2", "Network per run"),
                 ("p", intro + " No run of this sweep recorded it (one host on the CPU has no network to "

@@ -45,7 +45,7 @@ import numpy as np
 from suite.common.busbw import (GB, ITEMSIZE, PERIOD, TABLE_HEAD, WARN_BELOW, assess, bandwidths, banner,
                                 bus_factor, check_values, expectation, expected_values, format_row,
                                 format_size, message_sizes, parse_size, peak, tolerance, wire_dtype)
-from suite.train.runner import env_rank
+from suite.train.runner import apply_profile, env_rank
 
 # Defaults for --max-bytes: a GPU job goes to 1 GiB like nccl-tests; on CPU (tests, laptops)
 # 256 MiB keeps two ranks' buffers well inside a small machine's memory.
@@ -143,10 +143,9 @@ def _load_profile(name):
         return None
     from suite.common import profiles
     try:
-        profile = profiles.load(name)
         # As the models do: the profile's NCCL/Open MPI/Horovod settings reach this process before
         # Horovod starts, also under a raw horovodrun or mpirun.
-        profiles.apply(profile, os.environ)
+        profile, _ = apply_profile(name)
         return profile
     except profiles.ProfileError as err:
         raise UsageError(f"--profile: {err}") from None

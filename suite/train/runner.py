@@ -5,6 +5,7 @@ import os
 import sys
 
 from suite.common import profiles
+from suite.common.busbw import WARN_BELOW
 from suite.common.config import ConfigError, describe_fields, resolve, to_dict
 
 
@@ -43,9 +44,9 @@ def build_parser(spec):
                               f"environment before Horovod starts, so a raw horovodrun/mpirun/srun gets what "
                               f"suite.cluster.launch gives (default: ${profiles.PROFILE_VARIABLE})")
     cluster.add_argument("--require-rdma", action="store_true",
-                         help="stop before run_start unless every rank's NCCL uses RDMA between the nodes "
-                              "and a short allreduce probe reaches 0.8 of the profile's expected bus "
-                              "bandwidth (without it, both are checked and only warned about)")
+                         help=f"stop before run_start unless every rank's NCCL uses RDMA between the nodes "
+                              f"and a short allreduce probe reaches {WARN_BELOW} of the profile's expected "
+                              "bus bandwidth (without it, both are checked and only warned about)")
     return parser
 
 

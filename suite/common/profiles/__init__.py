@@ -74,11 +74,6 @@ class Profile:
         """Env variables whose value the user still has to fill in."""
         return sorted(key for key, value in self.env.items() if PLACEHOLDER in value)
 
-    @property
-    def uses_rdma(self):
-        """True when the profile tells NCCL to use its InfiniBand/RoCE transport and nothing else."""
-        return self.env.get("NCCL_NET") == "IB"
-
 
 def available():
     """Names of the profiles shipped in this folder (and any a user dropped in)."""
@@ -196,11 +191,6 @@ def placeholder_problem(profile, key, fix):
                 f"({profile.network_interface}); edit the profile or {fix('--network-interface', '<name>')}")
     return (f"profile {profile.name} ({profile.path}): {key} is a placeholder ({profile.env.get(key)}); "
             f"edit the profile or {fix('--env', f'{key}=<value>')}")
-
-
-def interface_of(env):
-    """The front-end interface an environment names (what the profile's network_interface set)."""
-    return env.get("HOROVOD_GLOO_IFACE") or env.get("NCCL_SOCKET_IFNAME")
 
 
 def horovod_env(fusion_threshold_mb=None, cycle_time_ms=None, hierarchical_allreduce=None, timeline=None):
