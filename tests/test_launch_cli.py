@@ -1,4 +1,5 @@
 """`python -m suite.cluster.launch`: dry-run commands per launcher and scale, bad input, local runs."""
+import dataclasses
 import json
 import os
 import re
@@ -246,6 +247,20 @@ def test_every_shipped_profile_loads():
     assert not [k for k in profiles.load("local-cpu").env if k.startswith(("NCCL_", "UCX_"))]
 
 
+def test_shipped_profiles_show_the_suite_default_timeouts_and_pass_them_on():
+    """The bounds RELIABILITY.md states are the ones every shipped profile writes out."""
+    for name in PROFILES:
+        with open(profiles.load(name).path) as handle:
+            written = profiles.read_yaml(handle.name)["timeouts"]
+        assert written == dataclasses.asdict(profiles.Timeouts()), name
+    edited = profiles.Timeouts(gloo_seconds=45, mpi_keepalive_seconds=7)
+    env = edited.env()
+    assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "45"
+    assert env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] == "300"
+    assert (env["OMPI_MCA_oob_tcp_keepalive_time"], env["OMPI_MCA_oob_tcp_keepalive_intvl"]) == ("7", "3")
+    assert edited.mpi_daemon_seconds() == 7 + 3 * 3
+
+
 # --- validation errors, one by one ---------------------------------------------------------------
 
 HOSTFILE_ERRORS = {
@@ -312,7 +327,7 @@ def test_profile_placeholder_must_be_filled(tmp_path):
     # On this machine alone horovodrun insists on loopback: it is not told the interface.
     assert "--network-interfaces" not in command
     assert env == {"NCCL_IB_DISABLE": "1", **dict.fromkeys(INTERFACE_VARIABLES, "ens3"),
-                   "SUITE_PROFILE": profiles.load("tcp-only").path, "SUITE_PROFILE_RESOLVED": "1"}
+                   **profiles.Timeouts().env(), "SUITE_PROFILE": profiles.load("tcp-only").path, "SUITE_PROFILE_RESOLVED": "1"}
     # Other placeholders still name the variable and --env.
     profile = f"{REPO}/suite/common/profiles/tcp-only.yaml"
     with open(profile) as handle:
@@ -337,6 +352,11 @@ PROFILE_ERRORS = {
     "interface_conflict": (GOOD_PROFILE + "network_interface: eth0\nenv: {NCCL_SOCKET_IFNAME: eth1}\n",
                            ["env.NCCL_SOCKET_IFNAME (eth1) contradicts network_interface (eth0)"]),
     "bad_interface": (GOOD_PROFILE + "network_interface: eth0 eth1\n", ["'eth0 eth1' is not an interface"]),
+    "unknown_timeout": (GOOD_PROFILE + "timeouts: {peer: 5}\n", ["unknown key 'timeouts.peer'"]),
+    "zero_timeout": (GOOD_PROFILE + "timeouts: {peer_seconds: 0}\n",
+                     ["timeouts.peer_seconds must be a positive"]),
+    "timeout_in_env": (GOOD_PROFILE + "env: {HOROVOD_GLOO_TIMEOUT_SECONDS: 9}\n",
+                       ["env.HOROVOD_GLOO_TIMEOUT_SECONDS is set by the timeouts section"]),
 }
 
 

@@ -3,6 +3,7 @@ import gc
 import os
 import random
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -10,8 +11,9 @@ from dataclasses import dataclass
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
 from suite.common.config import to_dict
+from suite.common.profiles import Timeouts
 from suite.common.workload import Division
-from suite.train import dist, network, rundir, signals
+from suite.train import dist, network, peers, rundir, signals
 from suite.train.loop import train
 from suite.train.mlperf import ABORTED, MLPerfLog
 
@@ -19,10 +21,11 @@ from suite.train.mlperf import ABORTED, MLPerfLog
 # missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.
 USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError, network.NetworkError)
 
-# How long a failed non-root rank stays up once training has started, so that rank 0 can learn of
-# the failure at its next collective and log it as such. If it is still tracing or compiling then
-# (15 s on two CPU cores, longer with XLA), the launcher's SIGTERM reaches it first once this rank
-# has exited, and its signal watcher closes the log instead (suite/train/signals.py).
+# How long a failed non-root rank stays up once training has started, so that rank 0 can log the
+# failure (it hears of it at once through the rank watch, suite/train/peers.py, and then tells this
+# rank to end; without the watch, at its next collective). If rank 0 is still tracing or compiling
+# then (15 s on two CPU cores, longer with XLA), the launcher's SIGTERM reaches it first once this
+# rank has exited, and its signal watcher closes the log instead (suite/train/signals.py).
 PEER_GRACE_SECONDS = 10
 # After a verdict every rank reached together (a NaN loss, --require-rdma): rank 0 has only to write
 # one line and run_stop.
@@ -47,6 +50,13 @@ class _Run:
         self.run_dir = None
         self.started = False
         self.job = None
+        self.watch = None
+        # Taken by whichever of the main thread, the signal watcher and the rank watch ends the run
+        # first, so that one of them alone writes the closing line.
+        self._closing = threading.Lock()
+
+    def claim(self):
+        return self._closing.acquire(blocking=False)
 
 
 def run(spec, config, preset, run_dir=None, options=Options()):
@@ -54,7 +64,10 @@ def run(spec, config, preset, run_dir=None, options=Options()):
     state = _Run()
     signals.Watcher(lambda signum: _on_signal(state, signum)).start()
     try:
-        return _run(spec, config, preset, run_dir, state, options)
+        code = _run(spec, config, preset, run_dir, state, options)
+        if state.watch:
+            state.watch.done()
+        return code
     except BaseException as err:  # noqa: BLE001 - every failure must close the log and free the others
         return _abort(spec, state, err)
 
@@ -62,6 +75,9 @@ def run(spec, config, preset, run_dir=None, options=Options()):
 def _run(spec, config, preset, run_dir, state, options):
     started = time.time()
     state.world = world = dist.initialize()
+    ranks = dist.allgather_object({"rank": world.rank, "host": world.host, "local_rank": world.local_rank,
+                                   "pid": os.getpid()}, "ranks")
+    state.watch = _watch_peers(state, world, ranks, options)
     # Before the first collective on the GPU, which is when NCCL starts and reads its variables.
     nccl_log = network.NcclLog(os.environ) if world.device != "cpu" and dist.nccl_built() else None
     say = _say if world.is_root else _silent
@@ -89,8 +105,6 @@ def _run(spec, config, preset, run_dir, state, options):
     log.event("seed", seed)
     log.hyperparameters(job.hyperparameters)
     log.weights_initialization(job.tensor_names)
-    ranks = dist.allgather_object({"rank": world.rank, "host": world.host, "local_rank": world.local_rank,
-                                   "pid": os.getpid()}, "ranks")
     net = _check_network(world, ranks, nccl_log, options)
     if world.is_root:
         rundir.write_json(os.path.join(run_dir, "config.json"),
@@ -116,6 +130,46 @@ def _run(spec, config, preset, run_dir, state, options):
         say(f"summary:    {os.path.join(run_dir, 'summary.json')}")
     log.close()
     return 0
+
+
+def _watch_peers(state, world, ranks, options):
+    """Every rank's line to rank 0 (suite/train/peers.py), with the profile's silence bound."""
+    timeout = (options.profile.timeouts if options.profile else Timeouts()).peer_seconds
+    watch, unwatched = peers.start(world, [r["host"] for r in ranks], timeout,
+                                   lambda lost: _on_peer_lost(state, lost), dist.broadcast_value,
+                                   dist.allgather_object)
+    if unwatched:
+        named = ", ".join(f"{rank} on {ranks[rank]['host']}" for rank in unwatched)
+        _warn(world, f"warning: rank(s) {named} cannot reach rank 0 on a TCP port of its own (a firewall "
+                     f"between the nodes?): if one dies or hangs, only the launcher will notice")
+    return watch
+
+
+def _on_peer_lost(state, lost):
+    """In the rank watch's thread: a peer died, stopped, went silent or failed. Ends this process."""
+    world = state.world
+    if not world.is_root:
+        # Rank 0 is gone (or stopped the job, which it reports itself): nothing left to wait for.
+        if lost.kind != "abort":
+            _write(sys.stderr, f"error (rank {world.rank}): {lost.describe()}; this rank stops")
+        os._exit(1)
+    if not state.claim():
+        return  # the main thread or the signal watcher is already closing the run, and will name it
+    reason = lost.describe()
+    _close_log(state, reason)
+    state.watch.abort()
+    if lost.kind == "failed":
+        _write(sys.stderr, f"rank 0: stopped because {reason}")  # its own error line is out already
+    else:
+        _write(sys.stderr, f"error (rank 0): {reason}; the job is stopped")
+    os._exit(1)
+
+
+def _close_log(state, reason):
+    if state.log is not None:
+        if state.started:
+            state.log.run_stop(ABORTED, reason=reason)
+        state.log.close()
 
 
 def _check_network(world, ranks, nccl_log, options):
@@ -170,48 +224,78 @@ def _summary(spec, job, world, outcome, per_rank, seed, wall_seconds):
 
 def _abort(spec, state, err):
     """Closes the log as aborted, tells the user in one line and frees the ranks waiting on this one."""
-    world = state.world
+    world, watch = state.world, state.watch
     rank = world.rank if world else 0
+    if not state.claim():
+        # The rank watch is closing the run for a lost peer and ends the process in a moment.
+        time.sleep(PEER_GRACE_SECONDS)
+        return 1
     if getattr(err, "on_every_rank", False) and world is not None and not world.is_root:
         # Every rank reached this verdict at the same point; rank 0 says it and closes the log. The
         # pause lets it do so before this exit makes the launcher signal it.
+        if watch:
+            watch.done()
         dist.shutdown()
         time.sleep(VERDICT_GRACE_SECONDS)
         return 1
     caused_elsewhere = isinstance(err, _PeerFailed) or "Horovod has been shut down" in str(err)
-    # Rank 0 sees only Horovod's shutdown; the cause is on the failed rank's stderr.
-    message = "stopped because another rank failed" if caused_elsewhere else _one_line(state.job, err)
-    if state.log is not None and state.started:
-        state.log.run_stop(ABORTED, reason=message)
-        state.log.close()
+    # Rank 0 sees only Horovod's shutdown; the rank watch knows which rank failed, if it has heard.
+    cause = watch.cause(wait=2.0) if caused_elsewhere and watch and world.is_root else None
+    if caused_elsewhere:
+        message = f"stopped because {cause.describe()}" if cause else "stopped because another rank failed"
+    else:
+        message = _one_line(state.job, err)
+    _close_log(state, message)
     _stop_input_threads(err)
     if caused_elsewhere:
-        _write(sys.stderr, f"rank {rank}: stopped because another rank failed")
+        _write(sys.stderr, f"rank {rank}: {message}")
     elif isinstance(err, KeyboardInterrupt):
         _write(sys.stderr, f"rank {rank}: interrupted")
     else:
         if _is_unexpected(state.job, err):
             message += _save_traceback(state.run_dir, rank, err)
         _write(sys.stderr, f"error (rank {rank}): {message}")
+    _tell_peers(watch, world, err, message, caused_elsewhere)
     if world is not None:
         dist.shutdown()
         if not world.is_root and not caused_elsewhere:
-            # Give rank 0 time to write run_stop before the launcher tears the job down.
+            # Give rank 0 time to write run_stop before the launcher tears the job down (it tells this
+            # rank to end as soon as it has).
             time.sleep(PEER_GRACE_SECONDS if state.started else 3)
     return 1
 
 
+def _tell_peers(watch, world, err, message, caused_elsewhere):
+    if watch is None:
+        return
+    if world.is_root:
+        watch.abort()
+    elif isinstance(err, KeyboardInterrupt):
+        watch.stopped("SIGINT")
+    elif caused_elsewhere:
+        watch.done()
+    else:
+        watch.failed(message)
+
+
 def _on_signal(state, signum):
     """The launcher is ending the job (or Ctrl-C): rank 0 closes the log as aborted, in this thread."""
-    world, name = state.world, signals.name(signum)
-    if state.log is not None:
-        if state.started:
-            state.log.run_stop(ABORTED, reason=f"stopped by {name} from the launcher (another rank may "
-                                               f"have failed: see its error)")
-        state.log.close()
-    if world is None or world.is_root:
-        closed = " (run_stop aborted written)" if state.started else ""
-        _write(sys.stderr, f"rank {world.rank if world else 0}: stopped by {name}{closed}")
+    world, name, watch = state.world, signals.name(signum), state.watch
+    if not state.claim():
+        time.sleep(PEER_GRACE_SECONDS)  # the rank watch is closing the run and ends the process
+        return
+    if world is not None and not world.is_root:
+        if watch:
+            watch.stopped(name)
+        return
+    # A launcher stops every rank once one has died; the rank watch has usually heard of it first.
+    cause = watch.cause(wait=1.0) if watch else None
+    why = f"after {cause.describe()}" if cause else "(another rank may have failed: see its error)"
+    _close_log(state, f"stopped by {name} from the launcher {why}")
+    if watch:
+        watch.abort()
+    closed = " (run_stop aborted written)" if state.started else ""
+    _write(sys.stderr, f"rank {world.rank if world else 0}: stopped by {name}{closed}")
 
 
 def _is_unexpected(job, err):

@@ -31,6 +31,7 @@ TOP_KEYS = {
     "mpi_args": (list, False),
     "horovod": (dict, False),
     "expected_busbw_gbps": (dict, False),
+    "timeouts": (dict, False),
 }
 HOROVOD_KEYS = {
     "fusion_threshold_mb": int,
@@ -38,6 +39,42 @@ HOROVOD_KEYS = {
     "hierarchical_allreduce": bool,
     "timeline": bool,
 }
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a job waits on a silent peer before it ends. The defaults are the suite's, for every
+    profile that does not set its own; RELIABILITY.md lists the time each fault takes to end a job."""
+
+    # The suite's rank watch (suite/train/peers.py): a rank that sends nothing this long (stopped,
+    # host frozen, link down) ends the job. A death is seen at once, whatever this says.
+    peer_seconds: int = 20
+    # Gloo's wait on any transfer (HOROVOD_GLOO_TIMEOUT_SECONDS; Horovod's default, 30 s, kept).
+    gloo_seconds: int = 30
+    # Horovod's stall inspector: a warning naming the ranks that have not submitted a tensor the
+    # others wait on (HOROVOD_STALL_CHECK_TIME_SECONDS, Horovod's default 60 s) ...
+    stall_check_seconds: int = 60
+    # ... and the end of the job when the stall lasts this long (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS;
+    # Horovod's default, 0, never ends it). Catches a rank that is alive but stuck (a dead file system).
+    stall_shutdown_seconds: int = 300
+    # Open MPI's daemons (mpirun, orted) probe each other's TCP line after this much silence, every
+    # half of it, three times (oob_tcp_keepalive_time/intvl/probes; Open MPI's defaults 300 s, 20 s
+    # and 9 probes, 8 minutes in all): a daemon cut off by a dead link then ends its ranks.
+    mpi_keepalive_seconds: int = 10
+
+    def env(self):
+        return {
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(self.gloo_seconds),
+            "HOROVOD_STALL_CHECK_TIME_SECONDS": str(self.stall_check_seconds),
+            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(self.stall_shutdown_seconds),
+            "OMPI_MCA_oob_tcp_keepalive_time": str(self.mpi_keepalive_seconds),
+            "OMPI_MCA_oob_tcp_keepalive_intvl": str(max(1, self.mpi_keepalive_seconds // 2)),
+            "OMPI_MCA_oob_tcp_keepalive_probes": "3",
+        }
+
+    def mpi_daemon_seconds(self):
+        """How long Open MPI's daemons take to give up on a dead line, by the keepalive settings."""
+        return self.mpi_keepalive_seconds + 3 * max(1, self.mpi_keepalive_seconds // 2)
 
 
 class ProfileError(ValueError):
@@ -69,6 +106,7 @@ class Profile:
     horovod: Horovod = Horovod()
     # Bus bandwidth in GB/s (bytes, as nccl-tests report it) by node count.
     expected_busbw_gbps: dict = field(default_factory=dict)
+    timeouts: Timeouts = Timeouts()
 
     def placeholders(self):
         """Env variables whose value the user still has to fill in."""
@@ -96,10 +134,12 @@ def _load_file(path, expect_name):
     data = read_yaml(path)
     _check_keys(path, data)
     interface = _interface(path, data.get("network_interface"))
+    timeouts = _timeouts(path, data.get("timeouts") or {})
+    env = _with_interface(path, _env(path, data.get("env") or {}), interface)
     profile = Profile(
         name=data["name"], version=data["version"], description=data["description"],
         gpus_per_node=data["gpus_per_node"], path=os.path.abspath(path), network_interface=interface,
-        env=_with_interface(path, _env(path, data.get("env") or {}), interface),
+        env=_with_timeouts(path, env, timeouts), timeouts=timeouts,
         mpi_args=_mpi_args(path, data.get("mpi_args") or []),
         horovod=_horovod(path, data.get("horovod") or {}),
         expected_busbw_gbps=_busbw(path, data.get("expected_busbw_gbps") or {}))
@@ -227,6 +267,27 @@ def _horovod(path, section):
     if "cycle_time_ms" in tuning:
         tuning["cycle_time_ms"] = float(tuning["cycle_time_ms"])
     return Horovod(**tuning)
+
+
+def _timeouts(path, section):
+    allowed = [f.name for f in dataclasses.fields(Timeouts)]
+    for key, value in section.items():
+        if key not in allowed:
+            raise ProfileError(f"profile {path}: unknown key 'timeouts.{key}' "
+                               f"(allowed: {', '.join(allowed)})")
+        _check_type(path, f"timeouts.{key}", value, int)
+        if value <= 0:
+            raise ProfileError(f"profile {path}: timeouts.{key} must be a positive number of seconds, "
+                               f"not {value}")
+    return Timeouts(**section)
+
+
+def _with_timeouts(path, env, timeouts):
+    derived = timeouts.env()
+    for key in derived:
+        if key in env:
+            raise ProfileError(f"profile {path}: env.{key} is set by the timeouts section; set it there")
+    return {**env, **derived}
 
 
 def _busbw(path, table):
