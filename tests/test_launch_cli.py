@@ -327,7 +327,8 @@ def test_profile_placeholder_must_be_filled(tmp_path):
     # On this machine alone horovodrun insists on loopback: it is not told the interface.
     assert "--network-interfaces" not in command
     assert env == {"NCCL_IB_DISABLE": "1", **dict.fromkeys(INTERFACE_VARIABLES, "ens3"),
-                   **profiles.Timeouts().env(), "SUITE_PROFILE": profiles.load("tcp-only").path, "SUITE_PROFILE_RESOLVED": "1"}
+                   **profiles.Timeouts().env(), "SUITE_PROFILE": profiles.load("tcp-only").path,
+                   "SUITE_PROFILE_RESOLVED": "1"}
     # Other placeholders still name the variable and --env.
     profile = f"{REPO}/suite/common/profiles/tcp-only.yaml"
     with open(profile) as handle:
