@@ -8,6 +8,7 @@ The host pre-flight passes on this cluster and names the host at fault when a ho
 loopback or two hosts share one name.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from conftest import BIN, REPO, TINY, check_log, read_json, read_log, subprocess
 from jobs import assert_ends_closed, long_training, start_long_run
 from test_report import table_with
 from twohosts import LINK, ClusterUnavailable, TwoHosts
+from suite.common import profiles
 
 # The ResNet-50 gradients are about 100 MB per step; two steps move far more than this across the link.
 MIN_LINK_BYTES = 50 * 2**20
@@ -302,16 +304,63 @@ FAULT_BOUND_SECONDS = 60
 def test_a_rank_killed_on_the_second_host_ends_the_job_with_a_closed_log(
         launch, cluster, hostfile, profile, small_data, tmp_path):
     run_dir = tmp_path / "run"
+    job = start_fault_run(launch, cluster, hostfile, profile, small_data, run_dir)
+    victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == "h2")
+    os.kill(victim["pid"], signal.SIGKILL)
+    code, last, output = assert_ends_closed(job, run_dir, time.time(), FAULT_BOUND_SECONDS)
+    assert code != 0, output[-3000:]
+    # Rank 0 names the rank and its host, in the log and in one error line.
+    named = f"rank {victim['rank']} on host h2 ended without a word (killed, or crashed)"
+    assert last["metadata"]["reason"] == named, last
+    errors = [line for line in output.splitlines() if "error (rank 0)" in line]
+    assert len(errors) == 1 and named in errors[0], output[-3000:]
+
+
+def start_fault_run(launch, cluster, hostfile, profile, small_data, run_dir):
     launcher, model_flags, extra = LAUNCHES[launch](hostfile, profile)
     model = ["-m", "models.resnet50"] if launch != "suite.launch" else ["models.resnet50"]
     env = subprocess_env(**extra)
     env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
     command = [*launcher, *model, *long_training(small_data, run_dir), *model_flags]
-    job = start_long_run(cluster.wrap("h1", command), run_dir, env)
+    return start_long_run(cluster.wrap("h1", command), run_dir, env)
+
+
+# The suite's defaults, as every shipped profile and the cluster's own profile have them.
+DEFAULTS = profiles.Timeouts()
+# A stopped rank: the watch's silence bound, then the launcher's teardown.
+STOP_BOUND_SECONDS = DEFAULTS.peer_seconds + 30
+# A dead link: rank 0 names the silent ranks after the watch's bound and ends; on the far side the
+# ranks end when rank 0 goes silent, and Open MPI's daemons once their keepalive probes fail.
+LINK_BOUND_SECONDS = max(DEFAULTS.peer_seconds, DEFAULTS.mpi_daemon_seconds()) + 30
+
+
+@pytest.mark.slow
+def test_a_rank_stopped_on_the_second_host_is_named_and_the_job_ends(
+        cluster, hostfile, profile, small_data, tmp_path):
+    """SIGSTOP: alive to the kernel, silent to everyone. Horovod's MPI controller would wait for ever."""
+    run_dir = tmp_path / "run"
+    job = start_fault_run("mpirun", cluster, hostfile, profile, small_data, run_dir)
     victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == "h2")
-    os.kill(victim["pid"], signal.SIGKILL)
-    code, _, output = assert_ends_closed(job, run_dir, time.time(), FAULT_BOUND_SECONDS)
+    os.kill(victim["pid"], signal.SIGSTOP)
+    code, last, output = assert_ends_closed(job, run_dir, time.time(), STOP_BOUND_SECONDS)
     assert code != 0, output[-3000:]
+    assert last["metadata"]["reason"].startswith(
+        f"rank {victim['rank']} on host h2 sent nothing for {DEFAULTS.peer_seconds} s (stopped"), last
+
+
+@pytest.mark.slow
+def test_the_link_going_down_ends_the_job_on_both_hosts(cluster, hostfile, profile, small_data, tmp_path):
+    run_dir = tmp_path / "run"
+    job = start_fault_run("suite.launch", cluster, hostfile, profile, small_data, run_dir)
+    cluster.set_link("h2", up=False)
+    try:
+        code, last, output = assert_ends_closed(job, run_dir, time.time(), LINK_BOUND_SECONDS)
+    finally:
+        cluster.set_link("h2", up=True)
+    assert code != 0, output[-3000:]
+    reason = last["metadata"]["reason"]
+    assert re.match(r"rank [23] on host h2 sent nothing for \d+ s \(stopped, hung, or its host or the link "
+                    r"to it is down\) \(and 1 more rank\)", reason), reason
 
 
 def test_the_cluster_is_torn_down_with_nothing_left(tmp_path):

@@ -194,6 +194,10 @@ class TwoHosts:
         server = self._servers[self.names.index(name)]
         _sh("nsenter", "--target", str(server.pid), "--uts", "hostname", hostname)
 
+    def set_link(self, name, up):
+        """Takes host `name`'s end of the link down (a pulled cable, a failed switch port) or up again."""
+        _sh("ip", "-n", self.namespaces[name], "link", "set", LINK, "up" if up else "down")
+
     def link_bytes(self, name):
         """Bytes sent and received so far on host `name`'s end of the link."""
         base = f"/sys/class/net/{LINK}/statistics"
