@@ -72,7 +72,9 @@ def assert_ends_closed(job, run_dir, since, bound):
         if job.poll() is None:
             job.kill()
     wait_for(lambda: not processes_of(run_dir), bound - (time.time() - since), "every process to end")
-    assert time.time() - since < bound
+    elapsed = time.time() - since
+    assert elapsed < bound
+    print(f"every process of the job ended {elapsed:.1f} s after the fault (bound {bound:.0f} s)")
     last = read_log(run_dir / "result_0.txt")[-1]
     assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted", (last, output[-3000:])
     return job.returncode, last, output

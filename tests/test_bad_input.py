@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
 
 import pytest
@@ -66,8 +67,9 @@ def assert_ranks_report(result, *culprits, failing=(0,)):
     """Launcher: non-zero exit, no traceback from any rank, and the ranks in `failing` end on an error.
 
     A rank that hit the problem prints `error ...` naming the culprits; one that noticed through
-    Horovod says it stopped because another rank failed; one the launcher stopped first says it was
-    stopped by SIGTERM, or nothing of its own (or the shell's "Terminated").
+    Horovod says it stopped because another rank failed, rank 0 (told by the rank watch) which rank on
+    which host failed and why; one the launcher stopped first says it was stopped by SIGTERM, or
+    nothing of its own (or the shell's "Terminated").
     """
     shown = result.stdout[-2000:] + result.stderr[-4000:]
     assert result.returncode != 0, shown
@@ -81,7 +83,8 @@ def assert_ranks_report(result, *culprits, failing=(0,)):
                 assert culprit in line, f"{culprit!r} not named by rank {rank}: {line}"
         else:
             assert line in ("", "Terminated", f"rank {rank}: stopped because another rank failed") \
-                or line.startswith(f"rank {rank}: stopped by SIGTERM"), shown
+                or line.startswith(f"rank {rank}: stopped by SIGTERM") \
+                or re.match(rf"rank {rank}: stopped because rank \d+ on host \S+ failed: .+", line), shown
     assert set(failing) <= set(per_rank), shown
 
 
@@ -329,10 +332,11 @@ def test_corrupt_shard_on_one_rank_aborts_every_rank(launcher, rank, how, small_
     result = run(train_cmd(*TINY, "--set", "epochs=2", "--data-dir", str(data_dir), "--run-dir", str(run_dir),
                            launcher=launcher, np=2), timeout=LAUNCH_TIMEOUT)
     assert_ranks_report(result, str(data_dir), "data_cli check", failing=(rank,))
-    # Rank 0 writes the log: the cause itself, or that another rank failed.
+    # Rank 0 writes the log: the cause itself, or, told by the rank watch, rank 1's own error line.
     reason = assert_aborted(run_dir)
-    # Rank 0 learns of rank 1's failure from Horovod, or from the launcher's SIGTERM once rank 1 is gone.
-    assert ("corrupt or truncated TFRecord" if rank == 0 else "another rank") in reason, reason
+    assert "corrupt or truncated TFRecord" in reason, reason
+    if rank == 1:
+        assert reason.startswith(f"rank 1 on host {socket.gethostname()} failed: "), reason
     assert_records_whole(run_dir)
     assert not (run_dir / "summary.json").exists()
 

@@ -102,7 +102,9 @@ class Watch:
         self._say(f"stopped {signal_name}")
 
     def failed(self, reason):
-        self._say(f"failed {' '.join(reason.split())}")
+        """This rank's own error; it keeps listening, so that rank 0's `abort` ends it at once."""
+        for line in self.lines:
+            line.send(f"failed {' '.join(reason.split())}")
 
     def abort(self):
         """Rank 0 tells the others to stop at once, quietly: it has closed the log."""

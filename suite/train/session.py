@@ -2,6 +2,7 @@
 import gc
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -162,7 +163,29 @@ def _on_peer_lost(state, lost):
         _write(sys.stderr, f"rank 0: stopped because {reason}")  # its own error line is out already
     else:
         _write(sys.stderr, f"error (rank 0): {reason}; the job is stopped")
+    if lost.kind == "silent" and lost.host != world.host:
+        _end_open_mpi_daemon()
     os._exit(1)
+
+
+def _end_open_mpi_daemon():
+    """Ends the Open MPI daemon that started this rank (mpirun itself, or its orted on this node).
+
+    Once a host is cut off, mpirun's teardown waits for that host's daemon to confirm that its ranks
+    are gone, over the dead link, until TCP gives up (about 15 minutes). Its ranks there end on their
+    own (rank 0 went silent to them) and this host's ranks on rank 0's abort; a daemon that dies is
+    what mpirun does not wait for. Under horovodrun's Gloo, srun or a single process the parent is
+    not an Open MPI daemon and is left alone.
+    """
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/comm") as handle:
+            name = handle.read().strip()
+    except OSError:
+        return
+    if name in ("mpirun", "mpiexec", "orterun", "orted", "prted", "prterun"):
+        time.sleep(1.0)  # the abort reaches this host's other ranks first
+        os.kill(parent, signal.SIGKILL)
 
 
 def _close_log(state, reason):
@@ -289,7 +312,8 @@ def _on_signal(state, signum):
             watch.stopped(name)
         return
     # A launcher stops every rank once one has died; the rank watch has usually heard of it first.
-    cause = watch.cause(wait=1.0) if watch else None
+    # Short: mpirun's SIGKILL follows its SIGTERM by a second (odls_base_sigkill_timeout).
+    cause = watch.cause(wait=0.2) if watch else None
     why = f"after {cause.describe()}" if cause else "(another rank may have failed: see its error)"
     _close_log(state, f"stopped by {name} from the launcher {why}")
     if watch:

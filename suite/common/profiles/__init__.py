@@ -59,8 +59,9 @@ class Timeouts:
     stall_shutdown_seconds: int = 300
     # Open MPI's daemons (mpirun, orted) probe each other's TCP line after this much silence, every
     # half of it, three times (oob_tcp_keepalive_time/intvl/probes; Open MPI's defaults 300 s, 20 s
-    # and 9 probes, 8 minutes in all): a daemon cut off by a dead link then ends its ranks.
-    mpi_keepalive_seconds: int = 10
+    # and 9 probes, 8 minutes in all), and mpirun's ssh to each remote daemon probes its host the
+    # same way. Longer than peer_seconds, so that rank 0 names the lost ranks before mpirun gives up.
+    mpi_keepalive_seconds: int = 20
 
     def env(self):
         return {
@@ -68,13 +69,22 @@ class Timeouts:
             "HOROVOD_STALL_CHECK_TIME_SECONDS": str(self.stall_check_seconds),
             "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(self.stall_shutdown_seconds),
             "OMPI_MCA_oob_tcp_keepalive_time": str(self.mpi_keepalive_seconds),
-            "OMPI_MCA_oob_tcp_keepalive_intvl": str(max(1, self.mpi_keepalive_seconds // 2)),
+            "OMPI_MCA_oob_tcp_keepalive_intvl": str(self._probe_interval()),
             "OMPI_MCA_oob_tcp_keepalive_probes": "3",
+            # mpirun starts each remote daemon through ssh and gives up on a daemon whose ssh has
+            # ended: with these options ssh ends once the remote host has not answered for the same
+            # bound. Without them mpirun waits on a dead link for TCP's own retransmission timeout,
+            # about 15 minutes (net.ipv4.tcp_retries2).
+            "OMPI_MCA_plm_rsh_agent": f"ssh -o ServerAliveInterval={self._probe_interval()} "
+                                      f"-o ServerAliveCountMax=3",
         }
 
     def mpi_daemon_seconds(self):
         """How long Open MPI's daemons take to give up on a dead line, by the keepalive settings."""
-        return self.mpi_keepalive_seconds + 3 * max(1, self.mpi_keepalive_seconds // 2)
+        return self.mpi_keepalive_seconds + 3 * self._probe_interval()
+
+    def _probe_interval(self):
+        return max(1, self.mpi_keepalive_seconds // 2)
 
 
 class ProfileError(ValueError):
