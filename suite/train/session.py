@@ -292,7 +292,9 @@ def _tell_peers(watch, world, err, message, caused_elsewhere):
     if watch is None:
         return
     if world.is_root:
-        watch.abort()
+        # Not `abort`: a rank that ended at once would make the launcher kill this one before its
+        # error line is out. The others fail at their next collective, or the launcher ends them.
+        watch.done()
     elif isinstance(err, KeyboardInterrupt):
         watch.stopped("SIGINT")
     elif caused_elsewhere:
@@ -312,12 +314,12 @@ def _on_signal(state, signum):
             watch.stopped(name)
         return
     # A launcher stops every rank once one has died; the rank watch has usually heard of it first.
-    # Short: mpirun's SIGKILL follows its SIGTERM by a second (odls_base_sigkill_timeout).
-    cause = watch.cause(wait=0.2) if watch else None
+    # No waiting for it: the launcher's SIGKILL follows (Open MPI: timeouts.kill_grace_seconds).
+    cause = watch.cause() if watch else None
     why = f"after {cause.describe()}" if cause else "(another rank may have failed: see its error)"
     _close_log(state, f"stopped by {name} from the launcher {why}")
     if watch:
-        watch.abort()
+        watch.done()  # every rank has the signal too
     closed = " (run_stop aborted written)" if state.started else ""
     _write(sys.stderr, f"rank {world.rank if world else 0}: stopped by {name}{closed}")
 

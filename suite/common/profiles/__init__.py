@@ -62,6 +62,10 @@ class Timeouts:
     # and 9 probes, 8 minutes in all), and mpirun's ssh to each remote daemon probes its host the
     # same way. Longer than peer_seconds, so that rank 0 names the lost ranks before mpirun gives up.
     mpi_keepalive_seconds: int = 20
+    # Open MPI's wait between its SIGTERM and its SIGKILL to a rank (odls_base_sigkill_timeout; its
+    # default, 1 s, is tight for rank 0's closing run_stop on a loaded node). A rank ends at once on
+    # SIGTERM (suite/train/signals.py), so this bounds only a rank that does not.
+    kill_grace_seconds: int = 5
 
     def env(self):
         return {
@@ -71,6 +75,7 @@ class Timeouts:
             "OMPI_MCA_oob_tcp_keepalive_time": str(self.mpi_keepalive_seconds),
             "OMPI_MCA_oob_tcp_keepalive_intvl": str(self._probe_interval()),
             "OMPI_MCA_oob_tcp_keepalive_probes": "3",
+            "OMPI_MCA_odls_base_sigkill_timeout": str(self.kill_grace_seconds),
             # mpirun starts each remote daemon through ssh and gives up on a daemon whose ssh has
             # ended: with these options ssh ends once the remote host has not answered for the same
             # bound. Without them mpirun waits on a dead link for TCP's own retransmission timeout,
