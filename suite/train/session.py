@@ -55,9 +55,15 @@ class _Run:
         # Taken by whichever of the main thread, the signal watcher and the rank watch ends the run
         # first, so that one of them alone writes the closing line.
         self._closing = threading.Lock()
+        self.closer = None
+        self.closed = threading.Event()  # run_stop written (or nothing to write)
 
-    def claim(self):
-        return self._closing.acquire(blocking=False)
+    def claim(self, who):
+        """True for the first caller only; `closer` then says who ("main", "signal" or "watch")."""
+        if self._closing.acquire(blocking=False):
+            self.closer = who
+            return True
+        return False
 
 
 def run(spec, config, preset, run_dir=None, options=Options()):
@@ -154,7 +160,7 @@ def _on_peer_lost(state, lost):
         if lost.kind != "abort":
             _write(sys.stderr, f"error (rank {world.rank}): {lost.describe()}; this rank stops")
         os._exit(1)
-    if not state.claim():
+    if not state.claim("watch"):
         return  # the main thread or the signal watcher is already closing the run, and will name it
     reason = lost.describe()
     _close_log(state, reason)
@@ -193,6 +199,7 @@ def _close_log(state, reason):
         if state.started:
             state.log.run_stop(ABORTED, reason=reason)
         state.log.close()
+    state.closed.set()
 
 
 def _check_network(world, ranks, nccl_log, options):
@@ -249,8 +256,8 @@ def _abort(spec, state, err):
     """Closes the log as aborted, tells the user in one line and frees the ranks waiting on this one."""
     world, watch = state.world, state.watch
     rank = world.rank if world else 0
-    if not state.claim():
-        # The rank watch is closing the run for a lost peer and ends the process in a moment.
+    if not state.claim("main"):
+        # The rank watch or the signal watcher is closing the run and ends the process in a moment.
         time.sleep(PEER_GRACE_SECONDS)
         return 1
     if getattr(err, "on_every_rank", False) and world is not None and not world.is_root:
@@ -258,12 +265,13 @@ def _abort(spec, state, err):
         # pause lets it do so before this exit makes the launcher signal it.
         if watch:
             watch.done()
+        state.closed.set()
         dist.shutdown()
         time.sleep(VERDICT_GRACE_SECONDS)
         return 1
     caused_elsewhere = isinstance(err, _PeerFailed) or "Horovod has been shut down" in str(err)
     # Rank 0 sees only Horovod's shutdown; the rank watch knows which rank failed, if it has heard.
-    cause = watch.cause(wait=2.0) if caused_elsewhere and watch and world.is_root else None
+    cause = watch.cause(wait=1.0) if caused_elsewhere and watch and world.is_root else None
     if caused_elsewhere:
         message = f"stopped because {cause.describe()}" if cause else "stopped because another rank failed"
     else:
@@ -306,8 +314,9 @@ def _tell_peers(watch, world, err, message, caused_elsewhere):
 def _on_signal(state, signum):
     """The launcher is ending the job (or Ctrl-C): rank 0 closes the log as aborted, in this thread."""
     world, name, watch = state.world, signals.name(signum), state.watch
-    if not state.claim():
-        time.sleep(PEER_GRACE_SECONDS)  # the rank watch is closing the run and ends the process
+    if not state.claim("signal"):
+        # The main thread or the rank watch is closing the log: end once it has.
+        state.closed.wait(PEER_GRACE_SECONDS)
         return
     if world is not None and not world.is_root:
         if watch:
