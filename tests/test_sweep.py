@@ -244,9 +244,11 @@ def test_system_description_passes_the_checker(tmp_path):
 # The reliability requirement: a stopped job is gone within 30 s; the guardian's grace fits in it.
 STOP_BOUND_SECONDS = 30
 KILLS = 20
-# Each SIGKILL comes this long after the sweep (re)started: some in its start-up and file writes, most
-# in a launch, up to about one run's length (a run redone from its start each time: the cost).
+# Each SIGKILL comes this long after the sweep (re)started, or after it finished a run: some in its
+# start-up and file writes, most in a launch, up to about one run's length (the run it cuts off is
+# redone from its start: that is the cost).
 KILL_MOMENTS = (1.0, 15.0)
+RUNS = 2 * 5
 # A SIGTERM first and a SIGINT halfway, each while a run trains; SIGKILLs around them.
 FAULTS = [signal.SIGTERM, *[signal.SIGKILL] * (KILLS // 2), signal.SIGINT,
           *[signal.SIGKILL] * (KILLS - KILLS // 2)]
@@ -303,7 +305,9 @@ def swept(tmp_path_factory):
 def sweep_through_faults(args, out, rng, logs):
     """Starts the sweep, signals it (FAULTS), checks what is left, resumes: every fault in turn.
 
-    Returns the faults and the finished result files seen ({path: bytes}) for the tests to check.
+    About every other resume first finishes a run, so that the faults spread over the whole sweep (both
+    scales, their allreduce runs, result copies and system descriptions), a run or two being left for
+    the last resume. Returns the faults and the finished result files seen ({path: bytes}).
     """
     logs.mkdir()
     faults, finished = [], {}
@@ -312,6 +316,11 @@ def sweep_through_faults(args, out, rng, logs):
         job = subprocess.Popen([sys.executable, "-m", "suite.cluster.sweep", *args], cwd=REPO,
                                env=subprocess_env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
         started = time.time()
+        runs_left = RUNS - sum(status == "done" for status, _ in _statuses(out).values())
+        if runs_left > 2 and 2 * runs_left > len(FAULTS) - number:
+            wait_for(lambda: FINISHED_A_RUN in log.read_text() or job.poll() is not None, 900, "a run to end")
+            assert job.poll() is None, log.read_text()[-3000:]
+            started = time.time()
         if signum == signal.SIGKILL:
             fault = _kill_at(job, out, started + rng.uniform(*KILL_MOMENTS))
         else:
@@ -328,6 +337,14 @@ def sweep_through_faults(args, out, rng, logs):
     return faults, finished
 
 
+# What the sweep says when a run of its own has ended.
+FINISHED_A_RUN = "min from run_start to run_stop"
+
+
+def _statuses(out):
+    return {key: (record.get("status"), record.get("attempts")) for key, record in _runs(out).items()}
+
+
 def _runs(out):
     try:
         return read_json(out / "sweep.json")["runs"]
@@ -341,7 +358,7 @@ def _kill_at(job, out, when):
         pytest.fail(f"the sweep ended (exit {job.returncode}) before its SIGKILL")
     except subprocess.TimeoutExpired:
         pass
-    runs = {key: (record.get("status"), record.get("attempts")) for key, record in _runs(out).items()}
+    runs = _statuses(out)
     signalled = time.time()
     job.kill()
     job.wait()
@@ -351,8 +368,7 @@ def _kill_at(job, out, when):
 def _stop_while_training(job, out, signum):
     """Waits for a run of this sweep to reach run_start, signals the sweep, and takes the run's log."""
     key, run_dir = wait_for(lambda: _training(job, out), 900, "a run of the sweep to start training")
-    runs = {k: (record.get("status"), record.get("attempts")) for k, record in _runs(out).items()}
-    fault = Fault(signum, time.time(), runs, run=(key, run_dir))
+    fault = Fault(signum, time.time(), _statuses(out), run=(key, run_dir))
     job.send_signal(signum)
     try:
         fault.exit_code = job.wait(timeout=STOP_BOUND_SECONDS)
