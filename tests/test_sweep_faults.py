@@ -160,6 +160,39 @@ def test_a_leftover_launch_is_stopped_only_where_it_names_the_run_directory(tmp_
             process.wait()
 
 
+def test_a_resume_stops_the_launch_an_earlier_sweep_left_before_setting_its_directory_aside(
+        tmp_path, monkeypatch):
+    """The manifest says running and names a live group whose processes name the run directory (its
+    guardian was killed too): stopped first, then the directory set aside and the run redone."""
+    plan = planned(tmp_path / "out")
+    scale = plan.scales[0]
+    run_dir = sweep.run_dir(plan, scale, 0)
+    os.makedirs(run_dir)
+    os.makedirs(plan.results_dir(scale))
+    leftover = _sleeper_naming(run_dir)
+    record = {"system": scale.system, "index": 0, "attempts": 1, "status": "running",
+              "job": {"guardian": 4194304, "launcher_group": leftover.pid}}
+    manifest = {"plan": plan.plan(), "runs": {f"{scale.system}/0": record}, "allreduce": {}}
+    launched, said = [], []
+
+    def launch_run(sweep_, scale_, index, record_, manifest_, say, counter):
+        launched.append(leftover.poll())  # the leftover must be gone by now
+        os.makedirs(run_dir)
+        with open(os.path.join(run_dir, runfiles.LOG_NAME), "w") as handle:
+            handle.write(':::MLLOG {"key": "run_stop", "time_ms": 1}\n')
+        runfiles.write_json(os.path.join(run_dir, "summary.json"), {})
+
+    monkeypatch.setattr(sweep, "_launch_run", launch_run)
+    try:
+        sweep._one_run(plan, scale, 0, manifest, said.append, "[1/10]")
+    finally:
+        leftover.kill()
+        leftover.wait()
+    assert launched == [-signal.SIGTERM]
+    assert os.path.isdir(run_dir + ".attempt") and record["status"] == "done" and "job" not in record
+    assert any("stopped 1 process(es) an earlier sweep left running" in line for line in said), said
+
+
 def _sleeper_naming(run_dir):
     command = [sys.executable, "-c", "import time; time.sleep(300)", "--run-dir", str(run_dir)]
     return subprocess.Popen(command, process_group=0)
