@@ -55,12 +55,6 @@ def start_parent(command, output, grace=guardian.GRACE_SECONDS):
     return parent, job
 
 
-def job_processes(job, output):
-    """The guardian and everything under it, and whatever names the output file."""
-    return [pid for pid in guardian.processes() if pid == job["guardian"] or pid in under(job)] + \
-        [pid for pid in guardian.processes() if guardian.names(pid, str(output)) and alive(pid)]
-
-
 def under(job):
     return set(guardian.descendants(job["guardian"])) | set(guardian.group_members({job["group"]}))
 
@@ -130,6 +124,15 @@ def test_the_first_stop_signal_is_passed_on_once(tmp_path):
         assert notes.read_text() == "SIGINT\n"
     finally:
         guardian.signal_group(group, signal.SIGKILL)
+
+
+def test_the_output_goes_to_the_file_and_with_tee_to_stdout_too(tmp_path):
+    output = tmp_path / "output.txt"
+    process = guardian.start(["sh", "-c", "echo one; echo two >&2; exit 3"], subprocess_env(), str(output),
+                             tee=True)
+    assert guardian.launcher_group(process) > 0
+    assert process.stdout.read() == "one\ntwo\n" and process.wait(timeout=30) == 3
+    assert output.read_text() == "one\ntwo\n"
 
 
 def test_a_guardian_whose_parent_is_already_gone_starts_nothing(tmp_path):
@@ -235,27 +238,23 @@ def test_temporary_files_of_gone_writers_are_removed(tmp_path):
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A small tmpfs (root only) and a function that fills it, leaving `room` bytes."""
+    """A small tmpfs (root only) and a function that fills it up."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
 
-    def fill(room=0):
+    def fill():
         with open(mount / "filler", "ab") as handle:
             free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
             with contextlib.suppress(OSError):
-                handle.write(b"\0" * max(0, free - room))
+                handle.write(b"\0" * free)
                 handle.flush()
     try:
         yield mount, fill
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def assert_no_space(excinfo, path):
-    assert excinfo.value.filename == str(path) and excinfo.value.strerror == NO_SPACE, excinfo.value
 
 
 def temp_files(folder):
@@ -301,9 +300,14 @@ def test_a_full_disk_leaves_every_earlier_file_as_it_was(full_disk, tmp_path):
 
 
 def test_a_full_disk_is_one_line_and_a_resume_finds_everything_as_it_was(full_disk):
+    """The resume's first write (the manifest) fails: one line, exit 2, the folder as it was."""
     mount, fill = full_disk
     out = mount / "out"
-    sweep.save(planned(out), {"plan": planned(out).plan(), "runs": {}, "allreduce": {}})
+    plan = planned(out)
+    sweep.save(plan, {"plan": plan.plan(), "runs": {}, "allreduce": {}})
+    result_0 = sweep.result_path(plan, plan.scales[0], 0)
+    os.makedirs(os.path.dirname(result_0))
+    runfiles.write_text(result_0, ':::MLLOG {"key": "run_stop", "time_ms": 1}\n')
     before = snapshot(out)
     fill()
     result = run([sys.executable, "-m", "suite.cluster.sweep", "--out", str(out), *LOCAL], timeout=120)
