@@ -1,18 +1,24 @@
 """suite.cluster.sweep: dry runs per scale, bad input one by one, a local sweep through MLPerf's tools."""
 import argparse
+import contextlib
 import json
 import os
+import random
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 
 import pytest
 
-from conftest import REPO, read_json, run, subprocess_env
+from conftest import REPO, read_json, read_log, run, subprocess_env
+from jobs import processes_of, started, wait_for
 from test_launch_cli import OCI_ENV, node_hostfile
-from suite.cluster import hostfile, sweep
+from test_sweep_faults import STOP_BOUND_SECONDS, temp_files
+from suite.cluster import guardian, hostfile, sweep
 from suite.common import profiles
 
 OCI = ["--profile", "oci-bm-gpu-gm4-8", "--network-interface", "eth0"]
@@ -235,7 +241,38 @@ def test_system_description_passes_the_checker(tmp_path):
         assert system_desc_checker.check_system_desc(str(path), "training", ruleset)[0]
 
 
-# ---- a real localhost sweep: 2 scales x 5 runs of the sweep_cpu preset ----
+# ---- a real localhost sweep: 2 scales x 5 runs of the sweep_cpu preset, through faults ----
+
+KILLS = 20
+# Each SIGKILL comes this long after the sweep (re)started, or after it finished a run: some in its
+# start-up and file writes, most in a launch, up to about one run's length (the run it cuts off is
+# redone from its start: that is the cost).
+KILL_MOMENTS = (1.0, 12.0)
+RUNS = 2 * 5
+# A SIGTERM first and a SIGINT halfway, each while a run trains; SIGKILLs around them.
+FAULTS = [signal.SIGTERM, *[signal.SIGKILL] * (KILLS // 2), signal.SIGINT,
+          *[signal.SIGKILL] * (KILLS - KILLS // 2)]
+
+
+@dataclass
+class Fault:
+    """One signal to the sweep and what was found after it."""
+
+    signum: int
+    signalled: float  # when (time.time())
+    runs: dict  # the manifest's runs at the signal: {key: (status, attempts)}
+    moment: float = None  # seconds after the sweep (re)started
+    exit_code: int = None
+    stop_seconds: float = None  # from the signal until nothing of the job was left
+    left: list = field(default_factory=list)  # command lines still there after the bound
+    half_written: list = field(default_factory=list)  # result files without exactly one run_stop
+    changed: list = field(default_factory=list)  # finished results that are no longer as they were
+    temp_files: list = field(default_factory=list)  # what this fault's cut-off writes left
+    stale: list = field(default_factory=list)  # temporary files of earlier faults, after a resume began
+    run: tuple = None  # SIGTERM/SIGINT: (key, run directory) of the run that was training
+    last_event: dict = None  # SIGTERM/SIGINT: that run's last log event
+    run_start_ms: int = None  # SIGTERM/SIGINT: that run's run_start
+
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
@@ -248,12 +285,137 @@ def swept(tmp_path_factory):
     out = root / "out"
     args = ["--out", str(out), *LOCAL, "--allreduce", "--allreduce-args",
             "--min-bytes 4K --max-bytes 256K --iters 5", "--", "models.resnet50", "--data-dir", str(data)]
+    seed = int(os.environ.get("SWEEP_FAULT_SEED") or random.SystemRandom().randrange(2 ** 32))
+    print(f"faults: seed {seed} (SWEEP_FAULT_SEED={seed} repeats the moments)")
     started = time.time()
+    faults, finished = sweep_through_faults(args, out, random.Random(seed), root / "faults")
+    faults_seconds = time.time() - started
     result = sweep_cli(*args, timeout=1800)
     seconds = time.time() - started
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    print(f"sweep of 2 scales x 5 runs: {seconds:.0f} s")
-    return argparse.Namespace(root=root, out=out, args=args, result=result, seconds=seconds)
+    print(f"sweep of 2 scales x 5 runs through {len(faults)} faults: {seconds:.0f} s "
+          f"({faults_seconds:.0f} s until the last fault)")
+    # What the tests below check, taken now: later tests change the folder.
+    changed = [path for path, data in finished.items() if open(path, "rb").read() != data]
+    return argparse.Namespace(root=root, out=out, args=args, result=result, seconds=seconds, seed=seed,
+                              faults=faults, changed=changed, temp_files=temp_files(out),
+                              manifest=read_json(out / "sweep.json"))
+
+
+def sweep_through_faults(args, out, rng, logs):
+    """Starts the sweep, signals it (FAULTS), checks what is left, resumes: every fault in turn.
+
+    About every other resume first finishes a run, so that the faults spread over the whole sweep (both
+    scales, their allreduce runs, result copies and system descriptions), a run or two being left for
+    the last resume. Returns the faults and the finished result files seen ({path: bytes}).
+    """
+    logs.mkdir()
+    faults, finished = [], {}
+    for number, signum in enumerate(FAULTS):
+        log = logs / f"{number:02d}-{signal.Signals(signum).name}.txt"
+        job = subprocess.Popen([sys.executable, "-m", "suite.cluster.sweep", *args], cwd=REPO,
+                               env=subprocess_env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
+        started = time.time()
+        runs_left = RUNS - sum(status == "done" for status, _ in _statuses(out).values())
+        if runs_left > 2 and 2 * runs_left > len(FAULTS) - number:
+            wait_for(lambda: FINISHED_A_RUN in log.read_text() or job.poll() is not None, 900, "a run to end")
+            assert job.poll() is None, log.read_text()[-3000:]
+            started = time.time()
+        if signum == signal.SIGKILL:
+            fault = _kill_at(job, out, started + rng.uniform(*KILL_MOMENTS))
+        else:
+            fault = _stop_while_training(job, out, signum)
+        fault.moment = round(fault.signalled - started, 1)
+        if faults and "sweep: " in log.read_text():  # this sweep got past its clean-up
+            fault.stale = [path for earlier in faults for path in earlier.temp_files if os.path.exists(path)]
+        _settle(fault, out, finished)
+        faults.append(fault)
+        print(f"fault {number + 1}: {signal.Signals(signum).name} at {fault.moment} s, exit "
+              f"{fault.exit_code}, gone after {fault.stop_seconds:.1f} s, runs in progress "
+              f"{[k for k, (status, _) in fault.runs.items() if status in ('running', 'interrupted')]}, "
+              f"temporary files left {len(fault.temp_files)}")
+    return faults, finished
+
+
+# What the sweep says when a run of its own has ended.
+FINISHED_A_RUN = "min from run_start to run_stop"
+
+
+def _statuses(out):
+    return {key: (record.get("status"), record.get("attempts")) for key, record in _runs(out).items()}
+
+
+def _runs(out):
+    try:
+        return read_json(out / "sweep.json")["runs"]
+    except (OSError, ValueError):
+        return {}  # not written yet
+
+
+def _kill_at(job, out, when):
+    try:
+        job.wait(timeout=max(0.0, when - time.time()))
+        pytest.fail(f"the sweep ended (exit {job.returncode}) before its SIGKILL")
+    except subprocess.TimeoutExpired:
+        pass
+    runs = _statuses(out)
+    signalled = time.time()
+    job.kill()
+    job.wait()
+    return Fault(signal.SIGKILL, signalled, runs, exit_code=job.returncode)
+
+
+def _stop_while_training(job, out, signum):
+    """Waits for a run of this sweep to reach run_start, signals the sweep, and takes the run's log."""
+    key, run_dir = wait_for(lambda: _training(job, out), 900, "a run of the sweep to start training")
+    fault = Fault(signum, time.time(), _statuses(out), run=(key, run_dir))
+    job.send_signal(signum)
+    try:
+        fault.exit_code = job.wait(timeout=STOP_BOUND_SECONDS)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
+    log = read_log(run_dir / "result_0.txt")
+    fault.last_event = log[-1]
+    fault.run_start_ms = next(e["time_ms"] for e in log if e["key"] == "run_start")
+    fault.runs[key] = (_runs(out)[key].get("status"), fault.runs[key][1])
+    return fault
+
+
+def _training(job, out):
+    """(key, run directory) of the run this sweep launched once it has logged run_start."""
+    assert job.poll() is None, f"the sweep ended (exit {job.returncode}) before any run trained"
+    table = guardian.processes()
+    for key, record in _runs(out).items():
+        launcher = (record.get("job") or {}).get("guardian")
+        if record.get("status") == "running" and launcher in table and table[launcher][1] == job.pid \
+                and started(out / record["run_dir"]):
+            return key, out / record["run_dir"]
+    return None
+
+
+def _settle(fault, out, finished):
+    """Waits (within the bound) for nothing of the job to be left; then checks the results folder."""
+    deadline = fault.signalled + STOP_BOUND_SECONDS
+    while processes_of(out) and time.time() < deadline:
+        time.sleep(0.2)
+    fault.stop_seconds = time.time() - fault.signalled
+    for pid in processes_of(out):
+        fault.left.append(_cmdline(pid))
+        guardian.signal_process(pid, signal.SIGKILL)  # so that the next resume starts clean
+    for path in (out / SUBMITTER / "results").glob("*/resnet/result_*.txt"):
+        if path.read_text().count('"key": "run_stop"') != 1:
+            fault.half_written.append(str(path))
+        else:
+            finished.setdefault(str(path), path.read_bytes())
+    fault.changed = [path for path, data in finished.items() if open(path, "rb").read() != data]
+    fault.temp_files = temp_files(out)
+
+
+def _cmdline(pid):
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
+        return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    return str(pid)
 
 
 def results_dir(out, system):
@@ -301,6 +463,56 @@ def assert_launched_through_the_launcher(run_dir):
     record = read_json(run_dir / "launch.json")
     assert record["exit_code"] == 0 and record["np"] == 2 and record["profile"]["name"] == "local-cpu"
     assert record["command"][:5] == ["horovodrun", "-np", "2", "-H", "localhost:2"]
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_loses_nothing(swept):
+    """SIGKILL to the sweep 20 times, each resumed: nothing of the job left within the bound, no result
+    half-written or changed, no temporary file once resumed, and no finished run launched again."""
+    kills = [fault for fault in swept.faults if fault.signum == signal.SIGKILL]
+    print(f"seed {swept.seed}; SIGKILL at {[fault.moment for fault in kills]} s after each (re)start; "
+          f"job gone after {[round(fault.stop_seconds, 1) for fault in kills]} s")
+    assert len(kills) == KILLS
+    for fault in kills:
+        assert fault.exit_code == -signal.SIGKILL
+        assert fault.stop_seconds < STOP_BOUND_SECONDS and not fault.left, fault
+        assert not fault.half_written and not fault.changed and not fault.stale, fault
+    # Most kills land in a launch: the guardian stopped it; the resume set its directory aside.
+    assert any(status == "running" for fault in kills for status, _ in fault.runs.values())
+    assert not swept.changed and not swept.temp_files
+    assert_done_runs_never_relaunched(swept)
+
+
+def assert_done_runs_never_relaunched(swept):
+    final = {key: record["attempts"] for key, record in swept.manifest["runs"].items()}
+    for fault in swept.faults:
+        for key, (status, attempts) in fault.runs.items():
+            if status == "done":
+                assert final[key] == attempts, (key, fault)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_sweep_stops_the_training_run_and_a_resume_redoes_it(swept, signum):
+    """Within the bound: exit 130, the run's log closed as aborted, nothing left, the manifest says
+    interrupted; the resume launched that run again and no finished one."""
+    fault, = [fault for fault in swept.faults if fault.signum == signum]
+    key, run_dir = fault.run
+    name = signal.Signals(signum).name
+    print(f"{name} to the sweep while {key} trained: exit {fault.exit_code}, job gone after "
+          f"{fault.stop_seconds:.1f} s")
+    assert fault.exit_code == 130
+    assert fault.stop_seconds < STOP_BOUND_SECONDS and not fault.left, fault
+    assert fault.last_event["key"] == "run_stop" and fault.last_event["metadata"]["status"] == "aborted"
+    # mpirun ends its ranks with SIGTERM, whichever signal stopped it.
+    assert fault.last_event["metadata"]["reason"].startswith(("stopped by SIGTERM from the launcher",
+                                                              f"stopped by {name} from the launcher"))
+    assert fault.runs[key][0] == "interrupted"
+    record = swept.manifest["runs"][key]
+    assert record["status"] == "done" and record["attempts"] > fault.runs[key][1]
+    redone = read_log(swept.out / record["run_dir"] / "result_0.txt")
+    assert next(e["time_ms"] for e in redone if e["key"] == "run_start") != fault.run_start_ms
+    assert_done_runs_never_relaunched(swept)
 
 
 @pytest.mark.slow
@@ -380,6 +592,8 @@ def test_resume_redoes_only_the_unfinished_run(swept):
     before = {path: (path.read_bytes(), path.stat().st_mtime_ns) for system in SYSTEMS
               for path in results_dir(out, system).glob("result_*.txt") if path.name != "result_3.txt"
               or system != first}
+    attempts_before = {key: r["attempts"] for key, r in read_json(out / "sweep.json")["runs"].items()}
+    set_aside = len(list((out / "runs" / first).glob("run_3.attempt*")))
     result = sweep_cli(*swept.args, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("done earlier, skipped") == 8 + 2  # 8 runs and 2 allreduce checks
@@ -390,8 +604,10 @@ def test_resume_redoes_only_the_unfinished_run(swept):
     assert (results / "result_1.txt").read_bytes() == kept
     manifest = read_json(out / "sweep.json")
     attempts = {key: record["attempts"] for key, record in manifest["runs"].items()}
-    assert attempts.pop(f"{first}/3") == 2 and set(attempts.values()) == {1}
-    assert (out / "runs" / first / "run_3.attempt").is_dir()
+    attempts_before[f"{first}/3"] += 1
+    assert attempts == attempts_before
+    # Kills of the sweep before may have set attempts aside already (run_3.attempt, .attempt.2, ...).
+    assert len(list((out / "runs" / first).glob("run_3.attempt*"))) == set_aside + 1
     assert (out / "runs" / first / "result_3.incomplete.txt").exists()
     assert (results / "result_3.txt").read_text().count('"key": "run_stop"') == 1
 

@@ -17,8 +17,15 @@ writes (paths relative to --out):
 A scale is a hostfile and a process count; its system name is <prefix>_n<nodes>_np<processes>.
 Re-running the same command resumes: a run whose result file holds a run_stop is skipped, anything
 else is run again (the earlier attempt is kept beside it, renamed).
+
+Every launch runs under a guardian process (suite/cluster/guardian.py) that stops it when the sweep
+dies, even of SIGKILL. Ctrl-C, SIGTERM or SIGHUP stop the running launch (its ranks write run_stop
+aborted) and the sweep (exit 130). A resume first stops a launch that an earlier sweep left running,
+and removes the temporary files of writes that were cut off. Every file is written atomically; a
+write that fails (a full disk) is one line naming the file, and leaves the earlier version as it was.
 """
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -26,12 +33,11 @@ import shlex
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
-from suite.cluster import hostfile, launch, preflight, results
+from suite.cluster import guardian, hostfile, launch, preflight, results
 from suite.cluster.hostfile import HostfileError
 from suite.cluster.launch import LaunchError
 from suite.common import profiles, runfiles
@@ -532,6 +538,7 @@ def save(sweep, manifest):
 def execute(sweep, say):
     """Runs what is not done yet; returns 0, or raises SweepError / Interrupted."""
     manifest = load_manifest(sweep)
+    _remove_stale_temp_files(sweep, say)
     save(sweep, manifest)
     for scale in sweep.scales:
         _check_hosts(sweep, scale)
@@ -548,6 +555,13 @@ def execute(sweep, say):
     say(f"done: {total} runs in {sweep.path(sweep.submitter)}; "
         f"report: python -m suite.cluster.report {sweep.out}")
     return 0
+
+
+def _remove_stale_temp_files(sweep, say):
+    """The temporary files of writes cut off by a kill: the package checker would trip on them."""
+    if os.path.isdir(sweep.out):
+        for path in runfiles.remove_stale_temp_files(sweep.out):
+            say(f"removed {os.path.relpath(path, sweep.out)}, left by a write that was cut off")
 
 
 def _check_hosts(sweep, scale):
@@ -568,6 +582,8 @@ def _one_run(sweep, scale, index, manifest, say, counter):
     result, directory = result_path(sweep, scale, index), run_dir(sweep, scale, index)
     record = manifest["runs"].setdefault(key, {"system": scale.system, "index": index, "attempts": 0})
     record.update(result=os.path.relpath(result, sweep.out), run_dir=os.path.relpath(directory, sweep.out))
+    if record.get("status") == "running":
+        _stop_leftover(record, directory, _rank_pids(directory), say, f"{counter} {scale.system} run {index}")
     if results.has_run_stop(result):
         record["status"] = "done"
         save(sweep, manifest)
@@ -587,6 +603,21 @@ def _one_run(sweep, scale, index, manifest, say, counter):
     save(sweep, manifest)
 
 
+def _stop_leftover(record, marker, ranks, say, what):
+    """A launch that an earlier sweep recorded as running may still be running (that sweep was killed
+    too hard for its guardian to act, or its guardian is still stopping it): it is stopped before its
+    directory is set aside, so that no two jobs write there or share the CPUs."""
+    found = guardian.stop_leftover(record.get("job") or {}, marker, ranks)
+    if found:
+        say(f"{what}: stopped {found} process(es) an earlier sweep left running")
+    record.pop("job", None)
+
+
+def _rank_pids(directory):
+    env = _read_json(os.path.join(directory, "env.json")) or {}
+    return [rank["pid"] for rank in env.get("ranks", []) if isinstance(rank, dict) and rank.get("pid")]
+
+
 def _finished(directory):
     """A run that ended normally: its log has run_stop and rank 0 wrote summary.json after it."""
     return (results.has_run_stop(os.path.join(directory, runfiles.LOG_NAME))
@@ -601,9 +632,11 @@ def _launch_run(sweep, scale, index, record, manifest, say, counter):
     save(sweep, manifest)
     launch.record(plan, directory, dry_run=False)
     started = time.time()
-    code = run_logged(plan, os.path.join(directory, "output.txt"), sweep.verbose)
+    code = run_logged(plan, os.path.join(directory, "output.txt"), sweep.verbose,
+                      on_job=lambda job: _save_job(sweep, manifest, record, job))
     seconds = round(time.time() - started, 1)
     launch.record(plan, directory, False, code, seconds)
+    record.pop("job", None)
     record.update(exit_code=code, seconds=seconds, finished=_now())
     if code in INTERRUPTED:
         record["status"] = "interrupted"
@@ -620,6 +653,12 @@ def _launch_run(sweep, scale, index, record, manifest, say, counter):
         f"run_stop ({seconds:.0f} s with start-up)")
 
 
+def _save_job(sweep, manifest, record, job):
+    # The pids a resume needs to stop this launch, should the sweep die without its guardian.
+    record["job"] = job
+    save(sweep, manifest)
+
+
 def _with_record(args, directory):
     # The launcher puts a profile's default timeline next to its record: here, the run directory.
     return argparse.Namespace(**{**vars(args), "record": directory})
@@ -628,13 +667,20 @@ def _with_record(args, directory):
 def _allreduce(sweep, scale, manifest, say):
     path = allreduce_json(sweep, scale)
     entry = manifest["allreduce"].setdefault(scale.system, {"json": os.path.relpath(path, sweep.out)})
+    if entry.get("status") == "running":
+        _stop_leftover(entry, path, (), say, f"{scale.system} allreduce")
     if os.path.exists(path):
+        entry["status"] = "done"
         say(f"{scale.system} allreduce: done earlier, skipped")
         return
     os.makedirs(sweep.runs_dir(scale), exist_ok=True)
     plan = launch.plan_launch(scale.launch_args, allreduce_command(sweep, scale))
-    code = run_logged(plan, os.path.join(sweep.runs_dir(scale), "allreduce-output.txt"), sweep.verbose)
-    entry.update(exit_code=code, finished=_now())
+    entry.update(status="running", exit_code=None)
+    save(sweep, manifest)
+    code = run_logged(plan, os.path.join(sweep.runs_dir(scale), "allreduce-output.txt"), sweep.verbose,
+                      on_job=lambda job: _save_job(sweep, manifest, entry, job))
+    entry.pop("job", None)
+    entry.update(exit_code=code, finished=_now(), status=_status(code, os.path.exists(path)))
     save(sweep, manifest)
     if code in INTERRUPTED:
         raise Interrupted()
@@ -642,6 +688,12 @@ def _allreduce(sweep, scale, manifest, say):
         raise RunFailed(f"{scale.system}: the allreduce benchmark failed (exit {code}); its output: "
                         f"{os.path.join(sweep.runs_dir(scale), 'allreduce-output.txt')}")
     _allreduce_verdict(path, scale, say)
+
+
+def _status(code, finished):
+    if code in INTERRUPTED:
+        return "interrupted"
+    return "done" if code == 0 and finished else "failed"
 
 
 def _allreduce_verdict(path, scale, say):
@@ -655,23 +707,34 @@ def _allreduce_verdict(path, scale, say):
     say(f"{scale.system} allreduce: peak busbw {data.get('peak_busbw_gbps', 0):.3g} GB/s ({status})")
 
 
-def run_logged(plan, output, verbose):
-    """Runs the launch plan with its output in a file (and on stdout when verbose); returns the exit code.
+def run_logged(plan, output, verbose, on_job=None):
+    """Runs the launch plan under a guardian, its output in a file (and on stdout when verbose); returns
+    the exit code.
 
-    Ctrl-C, SIGTERM or SIGHUP to the sweep is passed on to the launcher's process group, whose ranks
-    close their logs, and gives 128 + the signal's number: the run is then redone on resume.
+    The guardian stops the launch should this process die, even of SIGKILL. Ctrl-C, SIGTERM or SIGHUP
+    to the sweep is passed on to the guardian, which passes it on to the launcher's process group, whose
+    ranks close their logs, and gives 128 + the signal's number: the run is then redone on resume.
+    on_job(job) gets the pids to record: {"guardian": pid}, then with "launcher_group" too.
     """
     if shutil.which(plan.command[0]) is None:
         raise SweepError(f"{plan.command[0]} not found on PATH")
-    with open(output, "w") as sink:
-        process = subprocess.Popen(plan.command, env={**os.environ, **plan.env}, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, errors="replace", process_group=0)
-        with launch.forwarding_signals(process) as received:
+    process = guardian.start(plan.command, {**os.environ, **plan.env}, output, tee=verbose)
+    group = None
+    with launch.forwarding_signals(process) as received:
+        try:
+            job = {"guardian": process.pid}
+            if on_job:
+                on_job(job)
+            group = guardian.launcher_group(process)
+            if on_job and group:
+                on_job({**job, "launcher_group": group})
             for line in process.stdout:
-                sink.write(line)
-                if verbose:
-                    sys.stdout.write(line)
+                sys.stdout.write(line)  # only with --tee, i.e. verbose
             process.wait()
+        except BaseException:
+            # Whatever stops this side (a full disk while saving the manifest) stops the launch too.
+            guardian.stop(process, group)
+            raise
     if received:
         return 128 + received[0]
     code = process.returncode
@@ -682,9 +745,7 @@ def copy_result(source, target):
     """Copies a finished log into the results folder atomically; never replaces a finished result."""
     if results.has_run_stop(target):
         raise SweepError(f"{target} already holds a finished run; it is never overwritten")
-    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp.{os.getpid()}")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    runfiles.copy_atomic(source, target)
 
 
 def _set_aside(path, base):
@@ -716,10 +777,7 @@ def _write_implementation_readme(sweep):
             f"--run-dir DIR\n\n"
             f"with the preset and launcher command of each scale recorded in `sweep.json` and in each run "
             f"directory's `launch.json` (under `runs/` of the sweep folder).\n")
-    tmp = os.path.join(folder, f".README.md.tmp.{os.getpid()}")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, os.path.join(folder, "README.md"))
+    runfiles.write_text(os.path.join(folder, "README.md"), text)
 
 
 def _read_json(path):
@@ -761,7 +819,8 @@ def main(argv=None):
         if args.dry_run:
             print_dry_run(sweep)
             return 0
-        return execute(sweep, _say)
+        with _interruptible():
+            return execute(sweep, _say)
     except RunFailed as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
@@ -774,6 +833,21 @@ def main(argv=None):
     except (Interrupted, KeyboardInterrupt):
         print("interrupted: re-run the same command to resume the sweep", file=sys.stderr, flush=True)
         return 130
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """SIGTERM and SIGHUP between launches end the sweep as Ctrl-C does (exit 130, temporary file
+    removed); during a launch they are passed on to it instead (run_logged)."""
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _say(message):
