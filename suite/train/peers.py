@@ -8,7 +8,8 @@ connection to rank 0, and both ends send a line a second from a thread of their 
 closes a killed process's sockets at once, so a death is seen in milliseconds; a stopped process, a
 frozen host or a link that went down says nothing, and is seen after the profile's
 `timeouts.peer_seconds`. Rank 0 then closes the log naming the rank and its host, tells the others
-to stop, and ends; the others end when rank 0 goes quiet, which frees a host cut off from the job.
+to stop, and ends (a rank that says why it failed is only named: the job ends through its error);
+the others end when rank 0 goes quiet, which frees a host cut off from the job.
 
 An orderly end is said before the line closes: `done` (finished, or a verdict every rank reached),
 `stopped SIG...` (the launcher is stopping every rank), `failed <reason>` (this rank's own error).

@@ -23,10 +23,10 @@ from suite.train.mlperf import ABORTED, MLPerfLog
 USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError, network.NetworkError)
 
 # How long a failed non-root rank stays up once training has started, so that rank 0 can log the
-# failure (it hears of it at once through the rank watch, suite/train/peers.py, and then tells this
-# rank to end; without the watch, at its next collective). If rank 0 is still tracing or compiling
-# then (15 s on two CPU cores, longer with XLA), the launcher's SIGTERM reaches it first once this
-# rank has exited, and its signal watcher closes the log instead (suite/train/signals.py).
+# failure at its next collective (the rank watch, suite/train/peers.py, has already told it which
+# rank failed and why, for the log). If rank 0 is still tracing or compiling then (15 s on two CPU
+# cores, longer with XLA), the launcher's SIGTERM reaches it first once this rank has exited, and
+# its signal watcher closes the log instead (suite/train/signals.py).
 PEER_GRACE_SECONDS = 10
 # After a verdict every rank reached together (a NaN loss, --require-rdma): rank 0 has only to write
 # one line and run_stop.
@@ -160,15 +160,16 @@ def _on_peer_lost(state, lost):
         if lost.kind != "abort":
             _write(sys.stderr, f"error (rank {world.rank}): {lost.describe()}; this rank stops")
         os._exit(1)
+    if lost.kind == "failed":
+        # Kept for the main thread or the signal watcher to name: the same error often strikes
+        # every rank at once (a batch the ranks cannot split), and then rank 0 reports its own.
+        return
     if not state.claim("watch"):
         return  # the main thread or the signal watcher is already closing the run, and will name it
     reason = lost.describe()
     _close_log(state, reason)
     state.watch.abort()
-    if lost.kind == "failed":
-        _write(sys.stderr, f"rank 0: stopped because {reason}")  # its own error line is out already
-    else:
-        _write(sys.stderr, f"error (rank 0): {reason}; the job is stopped")
+    _write(sys.stderr, f"error (rank 0): {reason}; the job is stopped")
     if lost.kind == "silent" and lost.host != world.host:
         _end_open_mpi_daemon()
     os._exit(1)
