@@ -55,15 +55,11 @@ class _Run:
         # Taken by whichever of the main thread, the signal watcher and the rank watch ends the run
         # first, so that one of them alone writes the closing line.
         self._closing = threading.Lock()
-        self.closer = None
         self.closed = threading.Event()  # run_stop written (or nothing to write)
 
-    def claim(self, who):
-        """True for the first caller only; `closer` then says who ("main", "signal" or "watch")."""
-        if self._closing.acquire(blocking=False):
-            self.closer = who
-            return True
-        return False
+    def claim(self):
+        """True for the first caller only."""
+        return self._closing.acquire(blocking=False)
 
 
 def run(spec, config, preset, run_dir=None, options=Options()):
@@ -164,7 +160,7 @@ def _on_peer_lost(state, lost):
         # Kept for the main thread or the signal watcher to name: the same error often strikes
         # every rank at once (a batch the ranks cannot split), and then rank 0 reports its own.
         return
-    if not state.claim("watch"):
+    if not state.claim():
         return  # the main thread or the signal watcher is already closing the run, and will name it
     reason = lost.describe()
     _close_log(state, reason)
@@ -257,7 +253,7 @@ def _abort(spec, state, err):
     """Closes the log as aborted, tells the user in one line and frees the ranks waiting on this one."""
     world, watch = state.world, state.watch
     rank = world.rank if world else 0
-    if not state.claim("main"):
+    if not state.claim():
         # The rank watch or the signal watcher is closing the run and ends the process in a moment.
         time.sleep(PEER_GRACE_SECONDS)
         return 1
@@ -315,7 +311,7 @@ def _tell_peers(watch, world, err, message, caused_elsewhere):
 def _on_signal(state, signum):
     """The launcher is ending the job (or Ctrl-C): rank 0 closes the log as aborted, in this thread."""
     world, name, watch = state.world, signals.name(signum), state.watch
-    if not state.claim("signal"):
+    if not state.claim():
         # The main thread or the rank watch is closing the log: end once it has.
         state.closed.wait(PEER_GRACE_SECONDS)
         return
