@@ -118,6 +118,29 @@ def test_train_stops_at_the_target_and_logs_blocks_in_order(world):
     assert outcome.timing["steps_timed"] > 0 and outcome.timing["samples_per_second"] > 0
 
 
+@pytest.mark.parametrize("make_optimizer, accumulation_steps", [
+    (lambda: tf.keras.optimizers.SGD(0.1, momentum=0.9), 1),
+    (lambda: tf.keras.mixed_precision.LossScaleOptimizer(LARS(0.5)), 1),
+    (lambda: tf.keras.optimizers.SGD(0.1, momentum=0.9), 2),
+], ids=["momentum", "loss-scaled-lars", "accumulating"])
+def test_the_step_is_traced_once_and_before_run_start(world, make_optimizer, accumulation_steps):
+    """A second trace (the optimizer making its slots inside the first) would cost start-up time and,
+    were it at the first call, timed seconds after run_start."""
+    log = RecordingLog()
+    job = tiny_job(make_optimizer(), blocks=_three_blocks(), accumulation_steps=accumulation_steps)
+    traced_loss = job.loss_fn
+
+    def loss_fn(model, features, labels):
+        log.events.append(("trace", ()))  # Python runs only while the step is being traced
+        return traced_loss(model, features, labels)
+
+    job.loss_fn = loss_fn
+    outcome = loop.train(job, world, log, loop_config(), say=lambda message: None)
+    names = [name for name, _ in log.events]
+    assert outcome.steps == 12 and names.count("trace") == 1
+    assert names.index("trace") < names.index("start")
+
+
 def test_train_runs_the_whole_budget_when_the_target_is_out_of_reach(world):
     blocks = [Block(first_epoch_num=1, epoch_count=2, eval_epoch_num=2, steps=6, epochs=((1, 3), (2, 3)))]
     job = tiny_job(tf.keras.optimizers.SGD(0.1), blocks=blocks, target=1.1)

@@ -93,6 +93,42 @@ def test_a_launcher_that_ignores_sigterm_is_killed_when_the_grace_is_over(tmp_pa
         guardian.signal_group(process.pid, signal.SIGKILL)
 
 
+def _blocked_signals(pid):
+    """{thread id: the signals it blocks} of every thread of pid, from /proc."""
+    blocked = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as handle:
+            mask = int(next(line.split()[1] for line in handle if line.startswith("SigBlk:")), 16)
+        blocked[int(tid)] = {signum for signum in guardian.STOP_SIGNALS if mask >> (signum - 1) & 1}
+    return blocked
+
+
+def test_only_the_guardians_main_thread_takes_stop_signals(tmp_path):
+    """The kernel gives a process's signal to any thread that does not block it; Python runs the
+    handler in the main thread only, which sits in waitpid until the launcher ends: a signal taken by
+    the output copier or the grace timer would never be passed on (seen once in ten stops)."""
+    output = tmp_path / "output.txt"
+    process = guardian.start(["sh", "-c", STUBBORN], subprocess_env(), str(output), grace=5)
+    group = guardian.launcher_group(process)
+    try:
+        wait_for(lambda: "started" in output.read_text(), 30, "the launcher's first line")
+        os.killpg(process.pid, signal.SIGTERM)
+
+        # The main thread blocks them for a moment while it starts a thread, which inherits that mask.
+        def settled():
+            blocked = _blocked_signals(process.pid)
+            return len(blocked) == 3 and not blocked[process.pid]
+
+        wait_for(settled, 5, "the copier and the grace timer, and the main thread taking signals again")
+        blocked = _blocked_signals(process.pid)
+        del blocked[process.pid]
+        assert list(blocked.values()) == [set(guardian.STOP_SIGNALS)] * 2
+        assert process.wait(timeout=STOP_BOUND_SECONDS) == 128 + signal.SIGKILL
+    finally:
+        guardian.signal_group(group, signal.SIGKILL)
+        guardian.signal_group(process.pid, signal.SIGKILL)
+
+
 # A launcher that notes every SIGINT it gets, and exits as a shell would a second later.
 COUNTING = """
 import signal, sys, time

@@ -68,6 +68,15 @@ def hostfile(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def one_rank_each(tmp_path_factory):
+    """For the faults that need a rank on each side and nothing more: half the start-up of four ranks
+    on this machine's two cores."""
+    path = tmp_path_factory.mktemp("hostfile") / "one_rank_each"
+    path.write_text("h1 slots=1\nh2 slots=1\n")
+    return str(path)
+
+
 def on_h1(cluster, command, timeout=900, extra_env=None):
     """`command` run on h1 from the repository, with this test environment (PATH, PYTHONPATH, Open MPI)."""
     env = subprocess_env(**(extra_env or {}))
@@ -133,14 +142,20 @@ def test_two_hosts_with_one_name_are_named(cluster, hostfile):
 
 # ---- training across the two hosts ----------------------------------------------------------------
 
+def _np(hostfile):
+    """Every slot of the hostfile gets a rank."""
+    with open(hostfile) as handle:
+        return ["-np", str(sum(int(slots) for slots in re.findall(r"slots=(\d+)", handle.read())))]
+
+
 # Each launcher gets the profile another way: the model's --profile flag, the SUITE_PROFILE
 # variable (horovodrun forwards the environment; plain mpirun needs -x), and suite.cluster.launch.
 LAUNCHES = {
-    "horovodrun-gloo": lambda hf, pf: (["horovodrun", "--gloo", "-np", "4", "-hostfile", hf, "python"],
+    "horovodrun-gloo": lambda hf, pf: (["horovodrun", "--gloo", *_np(hf), "-hostfile", hf, "python"],
                                        ["--profile", pf], {}),
-    "horovodrun-mpi": lambda hf, pf: (["horovodrun", "--mpi", "-np", "4", "-hostfile", hf, "python"], [],
+    "horovodrun-mpi": lambda hf, pf: (["horovodrun", "--mpi", *_np(hf), "-hostfile", hf, "python"], [],
                                       {"SUITE_PROFILE": pf}),
-    "mpirun": lambda hf, pf: (["mpirun", "--allow-run-as-root", "-np", "4", "-hostfile", hf, "-x", "PATH",
+    "mpirun": lambda hf, pf: (["mpirun", "--allow-run-as-root", *_np(hf), "-hostfile", hf, "-x", "PATH",
                                "-x", "PYTHONPATH", "-x", "SUITE_PROFILE", sys.executable], [],
                               {"SUITE_PROFILE": pf}),
     "suite.launch": lambda hf, pf: ([*launch_args(hf, pf), "--"], [], {}),
@@ -302,9 +317,9 @@ FAULT_BOUND_SECONDS = 60
 @pytest.mark.slow
 @pytest.mark.parametrize("launch", sorted(LAUNCHES))
 def test_a_rank_killed_on_the_second_host_ends_the_job_with_a_closed_log(
-        launch, cluster, hostfile, profile, small_data, tmp_path):
+        launch, cluster, one_rank_each, profile, small_data, tmp_path):
     run_dir = tmp_path / "run"
-    job = start_fault_run(launch, cluster, hostfile, profile, small_data, run_dir)
+    job = start_fault_run(launch, cluster, one_rank_each, profile, small_data, run_dir)
     victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == "h2")
     os.kill(victim["pid"], signal.SIGKILL)
     code, last, output = assert_ends_closed(job, run_dir, time.time(), FAULT_BOUND_SECONDS)
@@ -337,10 +352,10 @@ LINK_BOUND_SECONDS = DEFAULTS.peer_seconds + 30
 
 @pytest.mark.slow
 def test_a_rank_stopped_on_the_second_host_is_named_and_the_job_ends(
-        cluster, hostfile, profile, small_data, tmp_path):
+        cluster, one_rank_each, profile, small_data, tmp_path):
     """SIGSTOP: alive to the kernel, silent to everyone. Horovod's MPI controller would wait for ever."""
     run_dir = tmp_path / "run"
-    job = start_fault_run("mpirun", cluster, hostfile, profile, small_data, run_dir)
+    job = start_fault_run("mpirun", cluster, one_rank_each, profile, small_data, run_dir)
     victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == "h2")
     os.kill(victim["pid"], signal.SIGSTOP)
     code, last, output = assert_ends_closed(job, run_dir, time.time(), STOP_BOUND_SECONDS)

@@ -63,9 +63,11 @@ class Guard:
         if self.process is None or self.requested is None or not self._passed.acquire(blocking=False):
             return
         signal_group(self.process.pid, self.requested)
-        timer = threading.Timer(max(0.0, self.deadline - time.monotonic()), self.kill_all)
-        timer.daemon = True
-        timer.start()
+        start_thread(self._kill_all_at_deadline)
+
+    def _kill_all_at_deadline(self):
+        time.sleep(max(0.0, self.deadline - time.monotonic()))
+        self.kill_all()
 
     def kill_all(self):
         signal_group(self.process.pid, signal.SIGKILL)
@@ -112,13 +114,28 @@ def main(argv=None):
         return 127
     guard.pass_on()  # a signal that came while the launcher was starting
     _announce(guard.process.pid)
-    copier = threading.Thread(target=copy_output, args=(guard.process.stdout, sink, args.output, args.tee),
-                              daemon=True)
-    copier.start()
+    copier = start_thread(copy_output, guard.process.stdout, sink, args.output, args.tee)
     code = guard.process.wait()
     guard.finish()
     copier.join(timeout=5)  # the pipe ends once everything that held it has ended
     return 128 - code if code < 0 else code
+
+
+def start_thread(target, *args):
+    """A daemon thread that never takes a stop signal.
+
+    The kernel hands a signal sent to the process to any thread that does not block it, and Python
+    runs its handler only once the main thread runs again: a signal taken by this thread would wait,
+    unseen, for the main thread's waitpid to return, that is for the launcher it should stop. The
+    thread inherits the mask it starts with; a signal that comes meanwhile waits for the main thread.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return thread
 
 
 def _parse(argv):

@@ -184,6 +184,10 @@ def train(job, world, log, config, say=print, run_dir=None):
     timer = StepTimer(every=config.log_every, samples_per_step=job.local_batch_size)
     checkpoints = TrainingCheckpoints(job.model, job.optimizer,
                                       os.path.join(run_dir, "checkpoints") if run_dir else None)
+    # The optimizer's slots are made now, before a checkpoint fills them: a step that made them
+    # while tracing would be traced a second time, since tf.function retraces a function that
+    # created variables.
+    job.optimizer.build(job.model.trainable_variables)
     step = checkpoints.restore(config.resume_from) if config.resume_from else 0
     blocks = blocks_after(job.blocks, step)
     if step:
