@@ -71,6 +71,39 @@ def test_the_others_hear_rank_0_stop_the_job():
     assert reports.get(timeout=5).kind == "abort"
 
 
+def _rank_1_watch():
+    near, far = socket.socketpair()
+    near.setblocking(False)
+    return peers.Watch(1, [peers._Line(near, 0, "h1")], 30, lambda lost: None).start(), far
+
+
+def test_a_rank_that_ends_on_a_shared_verdict_waits_for_rank_0_to_say_done():
+    """Its exit would make the launcher signal rank 0 before rank 0's error line is out."""
+    watch, far = _rank_1_watch()
+
+    def rank_0():
+        for _ in range(4):
+            far.sendall(b"beat\n")  # heartbeats do not end the wait
+            time.sleep(0.25)
+        far.sendall(b"done\n")
+    threading.Thread(target=rank_0, daemon=True).start()
+    started = time.monotonic()
+    watch.done()
+    assert watch.await_ends(10)
+    assert 0.9 < time.monotonic() - started < 5
+    assert b"done\n" in far.recv(100)  # and rank 0 heard this rank end in order
+
+
+def test_the_wait_for_rank_0_is_bounded_and_ends_when_rank_0_is_gone():
+    watch, far = _rank_1_watch()
+    watch.done()
+    started = time.monotonic()
+    assert not watch.await_ends(1.5)
+    assert 1.5 <= time.monotonic() - started < 4
+    far.close()
+    assert watch.await_ends(5)
+
+
 def test_start_connects_every_rank_with_rank_0():
     """Three ranks in threads, with collectives that exchange values in memory; then rank 2 dies.
 

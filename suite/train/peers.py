@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 
 HEARTBEAT_SECONDS = 1.0
+# The words after which a rank says nothing more.
+LAST_WORDS = ("done", "stopped", "failed", "abort")
 CONNECT_SECONDS = 5.0
 # How long rank 0 waits for the greetings of ranks that said they connected.
 GREETING_SECONDS = 30.0
@@ -111,6 +113,19 @@ class Watch:
         """Rank 0 tells the others to stop at once, quietly: it has closed the log."""
         self._say("abort")
 
+    def await_ends(self, wait):
+        """After done(): waits up to `wait` seconds until every peer has ended its side (said its last
+        word, or closed); returns whether all did. For a rank whose own exit would make the launcher
+        signal rank 0 before rank 0 has written its line: rank 0 says `done` only after it has."""
+        deadline = time.monotonic() + wait
+        self._thread.join(max(0.0, deadline - time.monotonic()))  # it stops within a heartbeat
+        waiting = [line for line in self.lines if line.said is None]
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([line.sock for line in waiting], [], [], left)
+            waiting = [line for line in waiting
+                       if line.sock not in readable or not _last_word(line.receive())]
+        return not waiting
+
     def cause(self, wait=0.0):
         """The first peer failure seen, waiting up to `wait` seconds for one; None if there is none."""
         self._found.wait(wait)
@@ -180,6 +195,11 @@ class Watch:
         self.lost = Lost(first.rank, first.host, first.kind, first.why, len(lost) - 1)
         self._found.set()
         self.on_lost(self.lost)
+
+
+def _last_word(heard):
+    """True for a peer's end: its socket closed, or a word after which it says nothing more."""
+    return heard is None or any(text.partition(" ")[0] in LAST_WORDS for text in heard)
 
 
 def start(world, hosts, timeout, on_lost, broadcast, allgather):

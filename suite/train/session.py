@@ -28,8 +28,8 @@ USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.Launch
 # cores, longer with XLA), the launcher's SIGTERM reaches it first once this rank has exited, and
 # its signal watcher closes the log instead (suite/train/signals.py).
 PEER_GRACE_SECONDS = 10
-# After a verdict every rank reached together (a NaN loss, --require-rdma): rank 0 has only to write
-# one line and run_stop.
+# After a verdict every rank reached together (a NaN loss, --require-rdma), a rank without a rank
+# watch to hear rank 0 end pauses this long: rank 0 has only to write one line and run_stop.
 VERDICT_GRACE_SECONDS = 3
 
 
@@ -258,13 +258,15 @@ def _abort(spec, state, err):
         time.sleep(PEER_GRACE_SECONDS)
         return 1
     if getattr(err, "on_every_rank", False) and world is not None and not world.is_root:
-        # Every rank reached this verdict at the same point; rank 0 says it and closes the log. The
-        # pause lets it do so before this exit makes the launcher signal it.
-        if watch:
-            watch.done()
+        # Every rank reached this verdict at the same point; rank 0 says it and closes the log. This
+        # rank waits for it to end its side first, since this exit makes the launcher signal it.
         state.closed.set()
         dist.shutdown()
-        time.sleep(VERDICT_GRACE_SECONDS)
+        if watch:
+            watch.done()
+            watch.await_ends(PEER_GRACE_SECONDS)
+        else:
+            time.sleep(VERDICT_GRACE_SECONDS)
         return 1
     caused_elsewhere = isinstance(err, _PeerFailed) or "Horovod has been shut down" in str(err)
     # Rank 0 sees only Horovod's shutdown; the rank watch knows which rank failed, if it has heard.
