@@ -264,9 +264,9 @@ def test_shipped_profiles_show_the_suite_default_timeouts_and_pass_them_on():
 # --- validation errors, one by one ---------------------------------------------------------------
 
 HOSTFILE_ERRORS = {
-    "bad_slots": ("node-a slots=8\nnode-b slots=x\n", [":2:", "unknown syntax", "node-b slots=x"]),
-    "gpus_keyword": ("node-a gpus=8\n", [":1:", "unknown syntax"]),
-    "extra_token": ("# header\nnode-a slots=8 cpus=8\n", [":2:", "unknown syntax"]),
+    "bad_slots": ("node-a slots=8\nnode-b slots=x\n", [":2:", "slots=x is not a whole number"]),
+    "gpus_keyword": ("node-a gpus=8\n", [":1:", "unknown setting 'gpus'"]),
+    "extra_token": ("# header\nnode-a slots=8 cpus=8\n", [":2:", "unknown setting 'cpus'"]),
     "above_max_slots": ("node-a slots=8 max_slots=4\n", [":1:", "slots=8 above max_slots=4"]),
     "slots_twice": ("node-a slots=8 slots=4\n", [":1:", "slots given twice"]),
     "zero_slots": ("node-a slots=0\n", [":1:", "slots must be positive"]),

@@ -16,6 +16,8 @@ PLACEHOLDER = "REPLACE-ME"
 NAME = re.compile(r"^(?P<name>[^\s=]+)(?P<rest>.*)$")
 SETTING = re.compile(r"\s*(?P<key>[A-Za-z_-]+)\s*=\s*(?P<value>[+-]?\d+)")
 KEYS = {"slots": "slots", "max_slots": "max_slots", "max-slots": "max_slots"}
+# Words people write for slots (other launchers' and schedulers' names for it).
+MISTAKEN_KEYS = ("slot", "gpus", "gpu", "cpus", "np", "procs", "nslots", "tasks", "ntasks")
 
 
 class HostfileError(ValueError):
@@ -54,38 +56,64 @@ def parse(path, default_slots=None):
 def _parse_line(path, number, text, default_slots):
     where = f"{path}:{number}"
     match = NAME.match(text)
-    settings = _settings(where, text, match["rest"]) if match else None
-    if settings is None:
-        raise HostfileError(f"{where}: unknown syntax {text!r}; expected '<host> slots=<N>' "
-                            f"(Open MPI's max_slots=<M> allowed)")
+    if not match:
+        raise HostfileError(f"{where}: {text!r} does not start with a host name; expected '<host> slots=<N>'")
     name = match["name"]
     if ":" in name or "," in name:
         # Both would break Horovod's and Open MPI's `-H host:slots,...` lists.
-        raise HostfileError(f"{where}: host name {name!r} may not contain ':' or ','")
+        raise HostfileError(f"{where}: host name {name!r} may not contain ':' or ','; "
+                            f"{name.split(':')[0].split(',')[0]}:N is the -H form, a hostfile line reads "
+                            f"'<host> slots=<N>'")
+    settings = _settings(where, text, match["rest"])
     slots = settings.get("slots", default_slots)
+    if slots is None and "max_slots" in settings:
+        raise HostfileError(f"{where}: host {name} gives max_slots={settings['max_slots']} but no slots; "
+                            f"max_slots only caps Open MPI's oversubscription, and the suite runs one rank "
+                            f"per slot: add slots=<N>")
     if slots is None:
-        raise HostfileError(f"{where}: host {name} gives no slots; add slots=<N> (the suite runs one rank "
-                            f"per slot; Open MPI alone would count the cores)")
+        raise HostfileError(f"{where}: host {name} gives no slots; a host line needs slots=<N> (the suite "
+                            f"runs one rank per slot; Open MPI alone would count the cores)")
     if slots <= 0:
-        raise HostfileError(f"{where}: host {name} has slots={slots}; slots must be positive")
+        raise HostfileError(f"{where}: host {name} has slots={slots}; slots must be positive (leave a host "
+                            f"out by deleting its line or putting '#' before it)")
     if slots > settings.get("max_slots", slots):
         raise HostfileError(f"{where}: host {name} has slots={slots} above max_slots={settings['max_slots']}")
     return Host(name, slots, number)
 
 
 def _settings(where, text, rest):
-    """{'slots': N, 'max_slots': M} from the text after the host name, or None if it is not that."""
+    """{'slots': N, 'max_slots': M} from the text after the host name; refuses anything else by name."""
     settings = {}
     while rest.strip():
         match = SETTING.match(rest)
-        if not match or match["key"] not in KEYS:
-            return None
+        if not match or match["key"] not in KEYS or not _ends_word(rest, match):
+            raise HostfileError(f"{where}: {text!r}: {_mistake(rest)}")
         key = KEYS[match["key"]]
         if key in settings:
             raise HostfileError(f"{where}: {key} given twice in {text!r}")
         settings[key] = int(match["value"])
         rest = rest[match.end():]
     return settings
+
+
+def _ends_word(rest, match):
+    # `slots=8x` or `slots=8,` must not pass as slots=8 followed by junk.
+    return match.end() == len(rest) or rest[match.end()].isspace()
+
+
+def _mistake(rest):
+    """Which of the common mistakes the text after a host name makes, and the fix (its first wrong word)."""
+    word = re.sub(r"\s*=\s*", "=", rest.strip()).split()[0]
+    key, sep, value = word.partition("=")
+    if not sep and word.isdigit():
+        return f"a bare slot count; write slots={word}"
+    if not sep:
+        return f"{word!r} is not a setting; a host line reads '<host> slots=<N>'"
+    if key in KEYS:
+        return f"{key}={value} is not a whole number; write {key}=<N> in digits, e.g. {key}=8"
+    if key.lower() in MISTAKEN_KEYS:
+        return f"unknown setting {key!r}; the processes a host runs are its slots=<N>"
+    return f"unknown setting {key!r}; a host line takes slots=<N> and Open MPI's max_slots=<M> only"
 
 
 def _check_duplicate(path, host, seen):
