@@ -149,19 +149,22 @@ def host_list(hosts):
     return ",".join(host.spec() for host in hosts)
 
 
-def validate(hosts, np, path="hostfile", check_names=True):
-    """Refuses placeholders, a process count the slots cannot hold and, unless told not to, unknown names."""
+def validate(hosts, np, path="hostfile", check_names=True, placeholders_allowed=False):
+    """Refuses placeholders (unless a dry run marks them), a process count the slots cannot hold and,
+    unless told not to, names that do not resolve."""
     for host in hosts:
-        if PLACEHOLDER in host.name:
-            raise HostfileError(f"{_where(path, host)}: host {host.name} is a placeholder; edit {path} "
-                                f"and put your nodes' names in place of {PLACEHOLDER}")
+        if PLACEHOLDER in host.name and not placeholders_allowed:
+            raise HostfileError(f"{location(path, host)}: host {host.name} is a placeholder; edit {path} "
+                                f"and put your nodes' names in place of {PLACEHOLDER} (--dry-run shows the "
+                                f"whole command with every placeholder marked)")
     if np <= 0:
         raise HostfileError(f"-np must be positive, not {np}")
     if np > total_slots(hosts):
         raise HostfileError(f"-np {np} is more than the {total_slots(hosts)} slots in {path}")
     if check_names:
         for host in hosts:
-            _resolve(path, host)
+            if PLACEHOLDER not in host.name:
+                _resolve(path, host)
 
 
 def _resolve(path, host):
@@ -170,11 +173,11 @@ def _resolve(path, host):
         socket.getaddrinfo(host.name, None)
     except (socket.gaierror, UnicodeError) as err:
         reason = err.strerror if isinstance(err, socket.gaierror) else str(err)
-        raise HostfileError(f"{_where(path, host)}: host {host.name} does not resolve ({reason}); fix the "
+        raise HostfileError(f"{location(path, host)}: host {host.name} does not resolve ({reason}); fix the "
                             f"name, or pass --skip-host-check if names resolve only on the nodes") from None
 
 
-def _where(path, host):
+def location(path, host):
     return f"{path}:{host.line}" if host.line else path
 
 
