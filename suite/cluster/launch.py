@@ -97,9 +97,9 @@ def build_parser():
                "  python -m suite.cluster.launch --hostfile hostfiles/2node -np 16 "
                "--profile oci-bm-gpu-gm4-8 --dry-run \\\n"
                "      -- models.resnet50 --preset closed_16xA100_gbs3264 --data-dir /data/imagenet\n"
-               "Exit codes: 0 done (a dry run: nothing left to fill in), 2 bad input (one line naming the "
-               f"file, flag or host), {PLACEHOLDERS_LEFT} a dry run with placeholders left; otherwise the "
-               "job's own.",
+               f"Exit codes: a dry run 0 (nothing left to fill in) or {PLACEHOLDERS_LEFT} (placeholders "
+               "left, listed at the end);\n2 bad input (one line naming the file, flag or host); a launch "
+               "otherwise the job's own.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_argument_group("where")
     where.add_argument("--hostfile",
