@@ -100,10 +100,17 @@ def clean_clone(tmp_path_factory):
                          ids=[f"{place}:{i}" for i, (place, _, _) in enumerate(EXAMPLES)])
 def test_example_runs_as_written(place, command, before, clean_clone):
     root, pythonpath = clean_clone
+    # Python lists every module it imports on stderr: the rank side must not be among them.
     result = subprocess.run(["bash", "-c", command], cwd=root, capture_output=True, text=True, timeout=120,
-                            env=subprocess_env(PYTHONPATH=pythonpath))
-    assert result.returncode == documented_exit(command, before), result.stdout[-2000:] + result.stderr
-    assert "error" not in result.stderr, result.stderr
+                            env=subprocess_env(PYTHONPATH=pythonpath, PYTHONPROFILEIMPORTTIME="1"))
+    said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert result.returncode == documented_exit(command, before), result.stdout[-2000:] + "\n".join(said)
+    assert not [line for line in said if line.startswith("error")], said
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "suite.common.modelargs" in imported  # the model check ran
+    assert not {name for name in imported if name.split(".")[0] in ("tensorflow", "horovod")
+                or name.startswith("suite.train")}
     launches = [line for line in result.stdout.splitlines() if line.split(" ", 1)[0] in LAUNCHERS]
     _check_full_commands(command, launches)
     _check_placeholders(result.stdout, launches, marked=result.returncode == 3)

@@ -319,7 +319,7 @@ def _horovodrun(plan, args, worker):
     command = ["horovodrun", "-np", str(plan.np), "-H", hostfile.host_list(plan.hosts)]
     if args.controller:
         command.append(f"--{args.controller}")
-    if plan.profile.network_interface and not all(preflight.is_this_machine(h.name) for h in plan.hosts):
+    if plan.profile.network_interface and not all(_is_this_machine(h.name) for h in plan.hosts):
         # Without it horovodrun probes every interface of every host over SSH and puts its own pick
         # on mpirun's command line, where it beats the profile's variables. On this machine alone
         # horovodrun wants loopback instead, and refuses an interface without 127.0.0.1
@@ -336,6 +336,11 @@ def _horovodrun(plan, args, worker):
             command.append("--mpi-args=" + shlex.join(plan.profile.mpi_args))
     command += _horovodrun_tuning(plan.env)
     return command + shlex.split(args.launcher_args) + worker
+
+
+def _is_this_machine(name):
+    # A dry run's marker is some node still to be named, and no name to look up.
+    return profiles.PLACEHOLDER not in name and preflight.is_this_machine(name)
 
 
 def _horovodrun_tuning(env):

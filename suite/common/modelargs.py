@@ -7,6 +7,7 @@ Nothing here imports TensorFlow: a model's presets module is plain data.
 """
 import argparse
 import importlib
+import importlib.util
 import os
 
 from suite.common import profiles
@@ -57,9 +58,16 @@ def resolve_config(args, config_cls, presets):
 
 def presets_of(module):
     """MODULE.presets (plain data, no TensorFlow), or None for a script or a module without one."""
-    if module.endswith(".py"):
+    if module.endswith(".py") or module.startswith("suite."):
+        # The suite's own entry points (the allreduce benchmark) have none, and looking would import
+        # the rank side.
         return None
     try:
+        # Only a package can hold one: importing MODULE.presets imports MODULE itself first, which
+        # for a plain module may load TensorFlow.
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.submodule_search_locations is None:
+            return None
         return importlib.import_module(f"{module}.presets")
     except ImportError:
         return None
