@@ -37,6 +37,8 @@ class LaunchError(ValueError):
 
 @dataclass(frozen=True)
 class Placeholder:
+    """One value to fill in: its marker in the printed command, where it comes from, what goes there."""
+
     marker: str
     where: str
     fill: str

@@ -26,6 +26,7 @@ hostfiles and OCI profile (exit 3: both hold placeholders):
         --hostfiles hostfiles/1node,hostfiles/2node,hostfiles/4node \\
         --preset-per-scale 8=closed_8xA100_gbs3264,16=closed_16xA100_gbs3264,32=closed_32xA100_gbs3264 \\
         --allreduce --dry-run -- models.resnet50 --data-dir /data/imagenet
+
 Re-running the same command resumes: a run whose result file holds a run_stop is skipped, anything
 else is run again (the earlier attempt is kept beside it, renamed).
 
