@@ -96,13 +96,18 @@ def clean_clone(tmp_path_factory):
     return root, f"{blocked}{os.pathsep}{root}"
 
 
+def run_as_written(command, root, pythonpath, **env):
+    """The command line through bash in the clean clone, `python` being this environment's."""
+    return subprocess.run(["bash", "-c", command], cwd=root, capture_output=True, text=True, timeout=120,
+                          env=subprocess_env(PYTHONPATH=pythonpath, **env))
+
+
 @pytest.mark.parametrize("place,command,before", EXAMPLES,
                          ids=[f"{place}:{i}" for i, (place, _, _) in enumerate(EXAMPLES)])
 def test_example_runs_as_written(place, command, before, clean_clone):
     root, pythonpath = clean_clone
     # Python lists every module it imports on stderr: the rank side must not be among them.
-    result = subprocess.run(["bash", "-c", command], cwd=root, capture_output=True, text=True, timeout=120,
-                            env=subprocess_env(PYTHONPATH=pythonpath, PYTHONPROFILEIMPORTTIME="1"))
+    result = run_as_written(command, root, pythonpath, PYTHONPROFILEIMPORTTIME="1")
     said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
     assert result.returncode == documented_exit(command, before), result.stdout[-2000:] + "\n".join(said)
     assert not [line for line in said if line.startswith("error")], said
@@ -146,3 +151,17 @@ def _check_placeholders(stdout, launches, marked):
     assert sorted(MARKER.match(line[2:])[0] for line in listed) == sorted(in_commands)
     for line in listed:
         assert re.search(r"(hostfiles/\w+:\d+ host|profile \S+ \(\S+\.yaml:\d+\)) ", line), line
+
+
+def test_the_readme_shows_the_listing_the_first_example_prints(clean_clone):
+    """The sample placeholder listing in the README is what its first dry-run example prints (up to '...')."""
+    root, pythonpath = clean_clone
+    with open(os.path.join(REPO, "README.md")) as handle:
+        text = handle.read()
+    sample = re.search(r"```\n(# \d+ placeholders? left.*?)```", text, flags=re.S)[1].splitlines()
+    result = run_as_written(doc_examples(text)[0][0], root, pythonpath)
+    printed = [line for line in result.stdout.splitlines() if line.startswith("#")]
+    shown = [line.split("...")[0].rstrip(" (;") for line in sample if line != "..."]
+    assert len(shown) >= 3 and len(printed) == int(sample[0].split()[1]) + 1
+    for line in shown:
+        assert any(out.startswith(line) for out in printed), line
