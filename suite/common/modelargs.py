@@ -16,10 +16,10 @@ from suite.common.config import ConfigError, describe_fields, load_file, resolve
 from suite.common.workload import local_batch_size
 
 
-def build_parser(name, title, config_cls, presets, default_preset, parser_class=argparse.ArgumentParser):
-    """The flags of `python -m models.<name>`."""
+def build_parser(module, title, config_cls, presets, default_preset, parser_class=argparse.ArgumentParser):
+    """The flags of `python -m MODULE`."""
     parser = parser_class(
-        prog=f"python -m models.{name}",
+        prog=f"python -m {module}",
         description=f"MLPerf Training {title} with TensorFlow + Horovod. Runs unchanged on one "
                     f"process or under horovodrun, mpirun or srun. Settings come from a preset, then "
                     f"--config, then --data-dir/--run-dir, then each --set.",
@@ -88,8 +88,8 @@ def check(model, np):
     presets = presets_of(model[0])
     if presets is None or {"-h", "--help"} & set(model[1:]):
         return
-    name = model[0].rsplit(".", 1)[-1]
-    parser = build_parser(name, name, presets.CONFIG, presets.PRESETS, presets.DEFAULT_PRESET, _Refusing)
+    parser = build_parser(model[0], model[0], presets.CONFIG, presets.PRESETS, presets.DEFAULT_PRESET,
+                          _Refusing)
     args = parser.parse_args(model[1:])
     try:
         config = resolve_config(args, presets.CONFIG, presets.PRESETS)

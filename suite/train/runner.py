@@ -16,7 +16,8 @@ def env_rank():
 
 
 def build_parser(spec):
-    return modelargs.build_parser(spec.name, spec.title, spec.config_cls, spec.presets, spec.default_preset)
+    return modelargs.build_parser(f"models.{spec.name}", spec.title, spec.config_cls, spec.presets,
+                                  spec.default_preset)
 
 
 def main(spec, argv=None):
