@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, run
 from suite.cluster import launch as launch_module
 from suite.common import modelargs
-from test_launch_cli import assert_one_line_error, launch
+from test_launch_cli import assert_one_line_error, launch, node_hostfile
 
 OCI = ["--profile", "oci-bm-gpu-gm4-8"]
 RESNET = ["models.resnet50", "--data-dir", "/data/imagenet"]
@@ -129,6 +129,20 @@ def test_the_sweep_dry_run_marks_and_checks_the_same(tmp_path):
     assert result.returncode == 2 and result.stdout == ""
     assert "preset closed_16xA100_gbs3264 is for 16 processes" in result.stderr
     assert "not -np 32" in result.stderr
+
+
+def test_the_sweep_dry_run_lists_the_system_description_left_to_fill_in(tmp_path):
+    shipped = "docs/system-info/oci-bm-gpu-gm4-8.yaml"
+    result = run([sys.executable, "-m", "suite.cluster.sweep", "--out", str(tmp_path / "out"), *OCI,
+                  "--network-interface", "eth0", "--hostfiles", node_hostfile(tmp_path, 2),
+                  "--skip-host-check", "--preset", "closed_16xA100_gbs3264", "--runs", "1",
+                  "--system-info", shipped, "--dry-run", "--", *RESNET], timeout=60)
+    assert result.returncode == 3, result.stderr
+    with open(f"{REPO}/{shipped}") as handle:
+        expected = [f"{shipped}:{number} {line.split(':')[0]}"
+                    for number, line in enumerate(handle, start=1) if ": REPLACE-ME" in line]
+    assert len(expected) == 5
+    assert [where for where, _ in listed(result.stdout).values()] == expected
 
 
 def test_placeholders_are_numbered_once_per_place():

@@ -253,7 +253,7 @@ def _marked_profile(profile, env, placeholders):
     if profiles.PLACEHOLDER in (profile.network_interface or ""):
         # One marker for the interface and the four variables the profile derives from it.
         interface = placeholders.mark(
-            f"{where}:{_yaml_line(profile.path, 'network_interface')}) network_interface",
+            f"{where}:{yaml_line(profile.path, 'network_interface')}) network_interface",
             "the nodes' front-end interface as `ip -br addr` shows it on a node, e.g. eth0 (edit the "
             "profile or pass --network-interface NAME)")
         profile = dataclasses.replace(profile, network_interface=interface)
@@ -262,7 +262,7 @@ def _marked_profile(profile, env, placeholders):
         if interface and key in profiles.INTERFACE_VARIABLES and profiles.PLACEHOLDER in value:
             value = interface
         elif profiles.PLACEHOLDER in value:
-            value = placeholders.mark(f"{where}:{_yaml_line(profile.path, key)}) env.{key}",
+            value = placeholders.mark(f"{where}:{yaml_line(profile.path, key)}) env.{key}",
                                       f"its value (edit the profile or pass --env {key}=VALUE)")
         marked[key] = value
     return profile, marked
@@ -273,8 +273,8 @@ def _shown_path(path):
     return path if relative.startswith("..") else relative
 
 
-def _yaml_line(path, key):
-    """The line of `key:` in a profile, for pointing the user at it; '?' when not found."""
+def yaml_line(path, key):
+    """The line of `key:` in a YAML file, for pointing the user at it; '?' when not found."""
     pattern = re.compile(rf"^\s*{re.escape(key)}\s*:")
     with open(path) as handle:
         for number, line in enumerate(handle, start=1):

@@ -263,7 +263,8 @@ def plan_sweep(args, passthrough, model):
         # preset against the process count), once per scale, now.
         launch.plan_launch(scale.launch_args, model_command(sweep, scale, 0), sweep.placeholders)
     if args.system_info:
-        sweep.system_info, sweep.system_info_path = read_system_info(args.system_info), args.system_info
+        sweep.system_info = read_system_info(args.system_info, sweep.placeholders)
+        sweep.system_info_path = args.system_info
     if not args.dry_run:
         _check_describable(sweep)
     return sweep
@@ -416,8 +417,9 @@ ACCELERATOR_FIELDS = ("accelerator_model_name", "accelerator_memory_capacity")
 SOFTWARE = ("python", "tf-keras", "numpy", "mpi4py", "mlperf-logging")
 
 
-def read_system_info(path):
-    """System-description fields from a YAML or JSON file; refuses unknown keys and placeholders."""
+def read_system_info(path, placeholders=None):
+    """System-description fields from a YAML or JSON file; refuses unknown keys, and placeholders
+    unless a dry run lists them (placeholders)."""
     try:
         # The profiles' reader: the same one-line errors for unreadable files, bad YAML, non-mappings.
         data = profiles.read_yaml(path)
@@ -427,8 +429,13 @@ def read_system_info(path):
         if key not in SYSTEM_FIELDS or key in SWEEP_FIELDS:
             raise SweepError(f"--system-info {path}: {key!r} is not a field it may set (the sweep sets "
                              f"{', '.join(SWEEP_FIELDS)})")
-        if isinstance(value, (dict, list)) or profiles.PLACEHOLDER in str(value):
+        if isinstance(value, (dict, list)) or profiles.PLACEHOLDER in str(value) and placeholders is None:
             raise SweepError(f"--system-info {path}: {key} is {value!r}; give the real value")
+        if profiles.PLACEHOLDER in str(value):
+            # Not in any command, but the sweep will refuse it: the dry run lists it with the others.
+            placeholders.mark(f"{path}:{launch.yaml_line(path, key)} {key}",
+                              "its real value (the comment beside it says where to read it); not in any "
+                              "command, but a real sweep refuses the file until then")
     return {key: value for key, value in data.items()}
 
 
