@@ -112,7 +112,7 @@ def check_scale(prog, presets, preset_name, config, np, batch_given=False):
         fitting = [name for name, other in presets.items() if np in other.ranks]
         choose = f"choose {' or '.join(fitting)}" if fitting else "choose a preset for that count"
         raise ConfigError(f"{prog}: preset {preset_name} is for {_counts(preset.ranks)} processes "
-                          f"({preset.batch_arithmetic}), not -np {np}; {choose}, or set the global batch "
+                          f"({preset.batch_arithmetic}), not {np}; {choose}, or set the global batch "
                           f"with --set global_batch_size=N")
     try:
         local_batch_size(config.global_batch_size, np, getattr(config, "accumulation_steps", 1))
