@@ -182,8 +182,10 @@ def plan_launch(args, model, placeholders=None):
     else:
         profile, env = _marked_profile(profile, env, placeholders)
     env.update(tuning_env(profile.horovod, args))
-    # What every rank would refuse at start-up, refused before any node is allocated.
-    modelargs.check(model, np)
+    if not args.check_hosts:
+        # What every rank would refuse at start-up, refused before any node is allocated (--check-hosts
+        # starts no model).
+        modelargs.check(model, np)
     # The ranks learn their profile (env.json records it) and that this launcher has applied it.
     env.update({profiles.PROFILE_VARIABLE: profile.path, profiles.RESOLVED_VARIABLE: "1"})
     plan = Plan(args.launcher, [], env, np, used, profile)
