@@ -90,11 +90,11 @@ def test_the_blocker_really_blocks(without_tensorflow):
 def test_login_node_console_scripts_work_without_tensorflow(without_tensorflow, tmp_path):
     launch = console("mlperf-launch", "--hostfile", "hostfiles/localhost", "-np", "2", "--profile",
                      "local-cpu", "--dry-run", "--", "models.resnet50", "--preset", "tiny_cpu",
-                     pythonpath=without_tensorflow)
+                     "--data-dir", "runs/demo/data", pythonpath=without_tensorflow)
     assert launch.returncode == 0 and "horovodrun" in launch.stdout, launch.stderr
     sweep = console("mlperf-sweep", "--dry-run", "--out", str(tmp_path / "sweep"), "--profile", "local-cpu",
                     "--hostfile", "hostfiles/localhost", "--scales", "1,2", "--preset", "sweep_cpu", "--",
-                    "models.resnet50", pythonpath=without_tensorflow)
+                    "models.resnet50", "--data-dir", "runs/sweep-data", pythonpath=without_tensorflow)
     assert sweep.returncode == 0 and "# scale" in sweep.stdout, sweep.stderr
     deploy = console("mlperf-deploy", *CASES["slurm-2n.sbatch"], pythonpath=without_tensorflow)
     assert deploy.returncode == 0 and "#SBATCH" in deploy.stdout, deploy.stderr

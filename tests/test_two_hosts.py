@@ -107,7 +107,8 @@ def test_a_host_name_resolving_to_loopback_is_named_before_the_launch(cluster, h
         with open(hosts, "r+") as handle:
             handle.truncate()
             handle.write(original.replace(f"{cluster.addresses['h2']} h2", "127.0.1.1 h2"))
-        result = on_h1(cluster, [*launch_args(hostfile), "--", "models.resnet50", *TINY], timeout=120)
+        result = on_h1(cluster, [*launch_args(hostfile), "--", "models.resnet50", *TINY, "--data-dir", "/d"],
+                       timeout=120)
     finally:
         with open(hosts, "r+") as handle:
             handle.truncate()

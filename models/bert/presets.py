@@ -75,25 +75,26 @@ PRESETS = {
         "1 node x 8 A100-80GB", "8 GPUs x 56 = 448",
         _closed(8, 56, 1, **RCP_448),
         "RCP 448 (LR 0.000425, 6700 steps, no warmup); NVIDIA's v2.1 8-GPU batch. Evaluates at the "
-        "first step past each 150,000 samples (steps 335, 670, 1005, ..., 6697)."),
+        "first step past each 150,000 samples (steps 335, 670, 1005, ..., 6697).", ranks=(8,)),
     "closed_16xA100_gbs448": Preset(
         "2 nodes x 8 A100-80GB", "16 GPUs x 28 = 448",
         _closed(16, 28, 1, **RCP_448),
-        "Strong scaling at the 8-GPU convergence point: same steps, half the per-GPU batch."),
+        "Strong scaling at the 8-GPU convergence point: same steps, half the per-GPU batch.", ranks=(16,)),
     "closed_32xA100_gbs448": Preset(
         "4 nodes x 8 A100-80GB", "32 GPUs x 14 = 448",
         _closed(32, 14, 1, **RCP_448),
-        "Strong scaling at the 8-GPU convergence point; a small per-GPU batch, communication-heavy."),
+        "Strong scaling at the 8-GPU convergence point; a small per-GPU batch, communication-heavy.",
+        ranks=(32,)),
     "closed_16xA100_gbs1536": Preset(
         "2 nodes x 8 A100-80GB", "16 GPUs x 48 x 2 accumulation = 1536",
         _closed(16, 48, 2, **RCP_1536),
         "RCP 1536 (LR 0.002, 2254 steps, beta 0.66/0.996); evaluates at the first step past each "
-        "150,000 samples (steps 98, 196, 293, ...)."),
+        "150,000 samples (steps 98, 196, 293, ...).", ranks=(16,)),
     "closed_32xA100_gbs3072": Preset(
         "4 nodes x 8 A100-80GB", "32 GPUs x 48 x 2 accumulation = 3072",
         _closed(32, 48, 2, **RCP_3072),
         "RCP 3072 (LR 0.002, 1141 steps, warmup 100, beta 0.66/0.998); evaluates at the first step "
-        "past each 175,000 samples (steps 57, 114, 171, ...)."),
+        "past each 175,000 samples (steps 57, 114, 171, ...).", ranks=(32,)),
     "tiny_cpu": Preset(
         "2 CPU processes", "2 ranks x 16 = 32",
         dict(global_batch_size=32, max_seq_length=64, max_predictions_per_seq=10, base_lr=0.05,

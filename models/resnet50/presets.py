@@ -73,19 +73,19 @@ PRESETS = {
         "1 node x 8 A100-80GB", "8 GPUs x 408 = 3264",
         _closed(8, 408, **RCP_3264),
         "RCP 3264: LR 10.5, warmup 2, wd 5e-5, decay over 37 epochs; the reference converged in 34-37 "
-        "epochs (evals at 3, 7, ..., 35, 39)."),
+        "epochs (evals at 3, 7, ..., 35, 39).", ranks=(8,)),
     "closed_16xA100_gbs3264": Preset(
         "2 nodes x 8 A100-80GB", "16 GPUs x 204 = 3264",
         _closed(16, 204, **RCP_3264),
-        "Same RCP as 8 GPUs: the global batch stays, the per-GPU batch halves."),
+        "Same RCP as 8 GPUs: the global batch stays, the per-GPU batch halves.", ranks=(16,)),
     "closed_32xA100_gbs3264": Preset(
         "4 nodes x 8 A100-80GB", "32 GPUs x 102 = 3264",
         _closed(32, 102, **RCP_3264),
-        "Same convergence as 8 GPUs; small per-GPU batch, so communication weighs more."),
+        "Same convergence as 8 GPUs; small per-GPU batch, so communication weighs more.", ranks=(32,)),
     "closed_32xA100_gbs4096": Preset(
         "4 nodes x 8 A100-80GB", "32 GPUs x 128 = 4096",
         _closed(32, 128, **RCP_4096),
-        "RCP 4096: LR 10, warmup 5, wd 2e-4; ~40 epochs."),
+        "RCP 4096: LR 10, warmup 5, wd 2e-4; ~40 epochs.", ranks=(32,)),
     "tiny_cpu": Preset(
         "2 CPU processes", "2 ranks x 16 = 32",
         dict(global_batch_size=32, image_size=64, num_classes=4, base_lr=2.0, warmup_epochs=1.0,

@@ -16,6 +16,8 @@ PLACEHOLDER = "REPLACE-ME"
 NAME = re.compile(r"^(?P<name>[^\s=]+)(?P<rest>.*)$")
 SETTING = re.compile(r"\s*(?P<key>[A-Za-z_-]+)\s*=\s*(?P<value>[+-]?\d+)")
 KEYS = {"slots": "slots", "max_slots": "max_slots", "max-slots": "max_slots"}
+# Words people write for slots (other launchers' and schedulers' names for it).
+MISTAKEN_KEYS = ("slot", "gpus", "gpu", "cpus", "np", "procs", "nslots", "tasks", "ntasks")
 
 
 class HostfileError(ValueError):
@@ -54,38 +56,64 @@ def parse(path, default_slots=None):
 def _parse_line(path, number, text, default_slots):
     where = f"{path}:{number}"
     match = NAME.match(text)
-    settings = _settings(where, text, match["rest"]) if match else None
-    if settings is None:
-        raise HostfileError(f"{where}: unknown syntax {text!r}; expected '<host> slots=<N>' "
-                            f"(Open MPI's max_slots=<M> allowed)")
+    if not match:
+        raise HostfileError(f"{where}: {text!r} does not start with a host name; expected '<host> slots=<N>'")
     name = match["name"]
     if ":" in name or "," in name:
         # Both would break Horovod's and Open MPI's `-H host:slots,...` lists.
-        raise HostfileError(f"{where}: host name {name!r} may not contain ':' or ','")
+        raise HostfileError(f"{where}: host name {name!r} may not contain ':' or ','; "
+                            f"{name.split(':')[0].split(',')[0]}:N is the -H form, a hostfile line reads "
+                            f"'<host> slots=<N>'")
+    settings = _settings(where, text, match["rest"])
     slots = settings.get("slots", default_slots)
+    if slots is None and "max_slots" in settings:
+        raise HostfileError(f"{where}: host {name} gives max_slots={settings['max_slots']} but no slots; "
+                            f"max_slots only caps Open MPI's oversubscription, and the suite runs one rank "
+                            f"per slot: add slots=<N>")
     if slots is None:
-        raise HostfileError(f"{where}: host {name} gives no slots; add slots=<N> (the suite runs one rank "
-                            f"per slot; Open MPI alone would count the cores)")
+        raise HostfileError(f"{where}: host {name} gives no slots; a host line needs slots=<N> (the suite "
+                            f"runs one rank per slot; Open MPI alone would count the cores)")
     if slots <= 0:
-        raise HostfileError(f"{where}: host {name} has slots={slots}; slots must be positive")
+        raise HostfileError(f"{where}: host {name} has slots={slots}; slots must be positive (leave a host "
+                            f"out by deleting its line or putting '#' before it)")
     if slots > settings.get("max_slots", slots):
         raise HostfileError(f"{where}: host {name} has slots={slots} above max_slots={settings['max_slots']}")
     return Host(name, slots, number)
 
 
 def _settings(where, text, rest):
-    """{'slots': N, 'max_slots': M} from the text after the host name, or None if it is not that."""
+    """{'slots': N, 'max_slots': M} from the text after the host name; refuses anything else by name."""
     settings = {}
     while rest.strip():
         match = SETTING.match(rest)
-        if not match or match["key"] not in KEYS:
-            return None
+        if not match or match["key"] not in KEYS or not _ends_word(rest, match):
+            raise HostfileError(f"{where}: {text!r}: {_mistake(rest)}")
         key = KEYS[match["key"]]
         if key in settings:
             raise HostfileError(f"{where}: {key} given twice in {text!r}")
         settings[key] = int(match["value"])
         rest = rest[match.end():]
     return settings
+
+
+def _ends_word(rest, match):
+    # `slots=8x` or `slots=8,` must not pass as slots=8 followed by junk.
+    return match.end() == len(rest) or rest[match.end()].isspace()
+
+
+def _mistake(rest):
+    """Which of the common mistakes the text after a host name makes, and the fix (its first wrong word)."""
+    word = re.sub(r"\s*=\s*", "=", rest.strip()).split()[0]
+    key, sep, value = word.partition("=")
+    if not sep and word.isdigit():
+        return f"a bare slot count; write slots={word}"
+    if not sep:
+        return f"{word!r} is not a setting; a host line reads '<host> slots=<N>'"
+    if key in KEYS:
+        return f"{key}={value} is not a whole number; write {key}=<N> in digits, e.g. {key}=8"
+    if key.lower() in MISTAKEN_KEYS:
+        return f"unknown setting {key!r}; the processes a host runs are its slots=<N>"
+    return f"unknown setting {key!r}; a host line takes slots=<N> and Open MPI's max_slots=<M> only"
 
 
 def _check_duplicate(path, host, seen):
@@ -121,19 +149,22 @@ def host_list(hosts):
     return ",".join(host.spec() for host in hosts)
 
 
-def validate(hosts, np, path="hostfile", check_names=True):
-    """Refuses placeholders, a process count the slots cannot hold and, unless told not to, unknown names."""
+def validate(hosts, np, path="hostfile", check_names=True, placeholders_allowed=False):
+    """Refuses placeholders (unless a dry run marks them), a process count the slots cannot hold and,
+    unless told not to, names that do not resolve."""
     for host in hosts:
-        if PLACEHOLDER in host.name:
-            raise HostfileError(f"{_where(path, host)}: host {host.name} is a placeholder; edit {path} "
-                                f"and put your nodes' names in place of {PLACEHOLDER}")
+        if PLACEHOLDER in host.name and not placeholders_allowed:
+            raise HostfileError(f"{location(path, host)}: host {host.name} is a placeholder; edit {path} "
+                                f"and put your nodes' names in place of {PLACEHOLDER} (--dry-run shows the "
+                                f"whole command with every placeholder marked)")
     if np <= 0:
         raise HostfileError(f"-np must be positive, not {np}")
     if np > total_slots(hosts):
         raise HostfileError(f"-np {np} is more than the {total_slots(hosts)} slots in {path}")
     if check_names:
         for host in hosts:
-            _resolve(path, host)
+            if PLACEHOLDER not in host.name:
+                _resolve(path, host)
 
 
 def _resolve(path, host):
@@ -142,11 +173,11 @@ def _resolve(path, host):
         socket.getaddrinfo(host.name, None)
     except (socket.gaierror, UnicodeError) as err:
         reason = err.strerror if isinstance(err, socket.gaierror) else str(err)
-        raise HostfileError(f"{_where(path, host)}: host {host.name} does not resolve ({reason}); fix the "
+        raise HostfileError(f"{location(path, host)}: host {host.name} does not resolve ({reason}); fix the "
                             f"name, or pass --skip-host-check if names resolve only on the nodes") from None
 
 
-def _where(path, host):
+def location(path, host):
     return f"{path}:{host.line}" if host.line else path
 
 

@@ -1,7 +1,9 @@
 """`python -m suite.cluster.launch`: one command from a hostfile, a process count and a cluster profile."""
 import argparse
 import contextlib
+import dataclasses
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -12,7 +14,8 @@ from dataclasses import dataclass, field
 
 from suite.cluster import hostfile, preflight
 from suite.cluster.hostfile import Host, HostfileError
-from suite.common import profiles, runfiles
+from suite.common import modelargs, profiles, runfiles
+from suite.common.config import ConfigError
 from suite.common.profiles import ProfileError
 
 LAUNCHERS = ("horovodrun", "mpirun", "srun")
@@ -24,8 +27,49 @@ PROFILE_AWARE = ("suite.train.allreduce", "suite.allreduce")
 PASS_THROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
 
 
+# A dry run's exit code while the printed command still holds placeholders (usage errors exit 2).
+PLACEHOLDERS_LEFT = 3
+
+
 class LaunchError(ValueError):
     """Flags that do not add up to a launch; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """One value to fill in: its marker in the printed command, where it comes from, what goes there."""
+
+    marker: str
+    where: str
+    fill: str
+
+
+class Placeholders:
+    """A dry run's stand-ins for what the hostfile or profile still leaves to fill in.
+
+    Each place (file and line, or profile key) gets one marker, <REPLACE-ME-1>, <REPLACE-ME-2>, ...,
+    the same every time that place is printed, so a sweep's many commands share the numbers.
+    """
+
+    def __init__(self):
+        self._by_place = {}
+
+    def mark(self, where, fill):
+        if where not in self._by_place:
+            marker = f"<{profiles.PLACEHOLDER}-{len(self._by_place) + 1}>"
+            self._by_place[where] = Placeholder(marker, where, fill)
+        return self._by_place[where].marker
+
+    def __len__(self):
+        return len(self._by_place)
+
+    def listing(self):
+        """Comment lines for the end of a dry run's output; none when nothing is left to fill in."""
+        if not self._by_place:
+            return []
+        head = (f"# {len(self)} placeholder{'s' if len(self) > 1 else ''} left: fill them in, then run "
+                f"without --dry-run (exit {PLACEHOLDERS_LEFT} until none is left)")
+        return [head] + [f"# {p.marker} {p.where}: {p.fill}" for p in self._by_place.values()]
 
 
 @dataclass
@@ -50,9 +94,14 @@ def build_parser():
                     "`python -m MODULE [model args]` under horovodrun, mpirun or srun with the profile's "
                     "NCCL/UCX/Open MPI environment and Horovod tuning.",
         epilog="Profiles: " + ", ".join(profiles.available()) + " (or a path to a .yaml file).\n"
-               "Example: python -m suite.cluster.launch --hostfile hostfiles/2node -np 16 "
-               "--profile oci-bm-gpu-gm4-8 "
-               "--dry-run -- models.resnet50 --preset closed_16xA100_gbs3264 --data-dir /data/imagenet",
+               f"Dry run of the shipped 2-node hostfile and OCI profile (exit {PLACEHOLDERS_LEFT}: both "
+               "hold placeholders):\n"
+               "  python -m suite.cluster.launch --hostfile hostfiles/2node -np 16 "
+               "--profile oci-bm-gpu-gm4-8 --dry-run \\\n"
+               "      -- models.resnet50 --preset closed_16xA100_gbs3264 --data-dir /data/imagenet\n"
+               f"Exit codes: a dry run 0 (nothing left to fill in) or {PLACEHOLDERS_LEFT} (placeholders "
+               "left, listed at the end);\n2 bad input (one line naming the file, flag or host); a launch "
+               "otherwise the job's own.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_argument_group("where")
     where.add_argument("--hostfile",
@@ -89,7 +138,10 @@ def build_parser():
     tuning.add_argument("--timeline", metavar="FILE", help="HOROVOD_TIMELINE: rank 0 writes a Chrome trace")
     out = parser.add_argument_group("output")
     out.add_argument("--dry-run", action="store_true",
-                     help="print the command (one line) and the variables it sets (KEY=VALUE), then exit")
+                     help="check everything, the model's flags included, then print the command (one line) "
+                          "and the variables it sets (KEY=VALUE) and exit; a placeholder still in the "
+                          f"hostfile or profile is printed as <{profiles.PLACEHOLDER}-N>, listed at the end "
+                          f"with where it comes from, and makes the exit code {PLACEHOLDERS_LEFT}")
     out.add_argument("--record", metavar="DIR", help="write DIR/launch.json: command, env, profile, hosts")
     return parser
 
@@ -102,8 +154,11 @@ def split_argv(argv):
     return argv[:cut], argv[cut + 1:]
 
 
-def plan_launch(args, model):
-    """Validates everything and builds the command and environment, without running anything."""
+def plan_launch(args, model, placeholders=None):
+    """Validates everything and builds the command and environment, without running anything.
+
+    With placeholders (a dry run), REPLACE-ME values are marked in the command instead of refused.
+    """
     if not model:
         raise LaunchError("no model given; end the flags with -- MODULE [model args], "
                           "e.g. -- models.resnet50")
@@ -117,14 +172,23 @@ def plan_launch(args, model):
         profile = profiles.with_interface(profile, args.network_interface)
     hosts, source = _hosts(args, profile)
     np = args.np if args.np is not None else hostfile.total_slots(hosts)
-    hostfile.validate(hosts, np, source, check_names=args.hostfile is not None and not args.skip_host_check)
+    hostfile.validate(hosts, np, source, check_names=args.hostfile is not None and not args.skip_host_check,
+                      placeholders_allowed=placeholders is not None)
     _check_gpus(hosts, profile)
+    used = _marked_hosts(hostfile.hosts_used(hosts, np), source, placeholders)
     env = {**profile.env, **_env_overrides(args.env)}
-    _check_placeholders(profile, env)
+    if placeholders is None:
+        _check_placeholders(profile, env)
+    else:
+        profile, env = _marked_profile(profile, env, placeholders)
     env.update(tuning_env(profile.horovod, args))
+    if not args.check_hosts:
+        # What every rank would refuse at start-up, refused before any node is allocated (--check-hosts
+        # starts no model).
+        modelargs.check(model, np)
     # The ranks learn their profile (env.json records it) and that this launcher has applied it.
     env.update({profiles.PROFILE_VARIABLE: profile.path, profiles.RESOLVED_VARIABLE: "1"})
-    plan = Plan(args.launcher, [], env, np, hostfile.hosts_used(hosts, np), profile)
+    plan = Plan(args.launcher, [], env, np, used, profile)
     worker = worker_command(args.python, with_profile(model, profile))
     builders = {"horovodrun": _horovodrun, "mpirun": _mpirun, "srun": _srun}
     plan.command = builders[args.launcher](plan, args, worker)
@@ -173,6 +237,54 @@ def _check_placeholders(profile, env):
             raise LaunchError(profiles.placeholder_problem(profile, key, lambda flag, v: f"pass {flag} {v}"))
 
 
+def _marked_hosts(hosts, source, placeholders):
+    """The hosts with each placeholder name replaced by its dry-run marker."""
+    if placeholders is None:
+        return hosts
+    fill = (f"a node's host name in place of {profiles.PLACEHOLDER} (edit {source}; every node must reach "
+            f"the others by it over SSH without a password)")
+    return [dataclasses.replace(host, name=placeholders.mark(f"{hostfile.location(source, host)} host "
+                                                             f"{host.name}", fill))
+            if profiles.PLACEHOLDER in host.name else host for host in hosts]
+
+
+def _marked_profile(profile, env, placeholders):
+    """(profile, env) with every placeholder value replaced by its dry-run marker."""
+    where = f"profile {profile.name} ({_shown_path(profile.path)}"
+    interface = None
+    if profiles.PLACEHOLDER in (profile.network_interface or ""):
+        # One marker for the interface and the four variables the profile derives from it.
+        interface = placeholders.mark(
+            f"{where}:{yaml_line(profile.path, 'network_interface')}) network_interface",
+            "the nodes' front-end interface as `ip -br addr` shows it on a node, e.g. eth0 (edit the "
+            "profile or pass --network-interface NAME)")
+        profile = dataclasses.replace(profile, network_interface=interface)
+    marked = {}
+    for key, value in env.items():
+        if interface and key in profiles.INTERFACE_VARIABLES and profiles.PLACEHOLDER in value:
+            value = interface
+        elif profiles.PLACEHOLDER in value:
+            value = placeholders.mark(f"{where}:{yaml_line(profile.path, key)}) env.{key}",
+                                      f"its value (edit the profile or pass --env {key}=VALUE)")
+        marked[key] = value
+    return profile, marked
+
+
+def _shown_path(path):
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def yaml_line(path, key):
+    """The line of `key:` in a YAML file, for pointing the user at it; '?' when not found."""
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*:")
+    with open(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if pattern.match(line):
+                return number
+    return "?"
+
+
 def tuning_env(horovod, args):
     """Horovod's variables from the profile's tuning, each overridden by its flag when given."""
     fusion = _pick(args.fusion_threshold_mb, horovod.fusion_threshold_mb)
@@ -211,7 +323,7 @@ def _horovodrun(plan, args, worker):
     command = ["horovodrun", "-np", str(plan.np), "-H", hostfile.host_list(plan.hosts)]
     if args.controller:
         command.append(f"--{args.controller}")
-    if plan.profile.network_interface and not all(preflight.is_this_machine(h.name) for h in plan.hosts):
+    if plan.profile.network_interface and not all(_is_this_machine(h.name) for h in plan.hosts):
         # Without it horovodrun probes every interface of every host over SSH and puts its own pick
         # on mpirun's command line, where it beats the profile's variables. On this machine alone
         # horovodrun wants loopback instead, and refuses an interface without 127.0.0.1
@@ -228,6 +340,11 @@ def _horovodrun(plan, args, worker):
             command.append("--mpi-args=" + shlex.join(plan.profile.mpi_args))
     command += _horovodrun_tuning(plan.env)
     return command + shlex.split(args.launcher_args) + worker
+
+
+def _is_this_machine(name):
+    # A dry run's marker is some node still to be named, and no name to look up.
+    return profiles.PLACEHOLDER not in name and preflight.is_this_machine(name)
 
 
 def _horovodrun_tuning(env):
@@ -341,8 +458,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     own, model = split_argv(argv)
     args = build_parser().parse_args(own)
+    placeholders = Placeholders() if args.dry_run else None
     try:
-        plan = plan_launch(args, model)
+        plan = plan_launch(args, model, placeholders)
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
         if args.record:
@@ -351,7 +469,9 @@ def main(argv=None):
             print(shlex.join(plan.command))
             for key in sorted(plan.env):
                 print(f"{key}={plan.env[key]}")
-            return 0
+            for line in placeholders.listing():
+                print(line)
+            return PLACEHOLDERS_LEFT if placeholders else 0
         if args.check_hosts:
             return check_hosts(plan, args, verbose=True)
         if needs_host_check(args, plan):
@@ -361,7 +481,7 @@ def main(argv=None):
         print(f"launch: {shlex.join(plan.command)}", file=sys.stderr, flush=True)
         started = time.time()
         code = run(plan)
-    except (HostfileError, ProfileError, LaunchError, OSError) as err:
+    except (HostfileError, ProfileError, LaunchError, ConfigError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.record:

@@ -15,6 +15,18 @@ writes (paths relative to --out):
     runs/<system>/allreduce.json                    with --allreduce: the bandwidth on that scale
 
 A scale is a hostfile and a process count; its system name is <prefix>_n<nodes>_np<processes>.
+
+--dry-run checks everything (each scale's hosts, the profile, the model's flags and preset against its
+process count) and prints every command with the variables it sets. Placeholders still in a hostfile
+or the profile are printed as <REPLACE-ME-N> and listed at the end with where they come from; the exit
+code is then 3 (0 when none is left, 2 for bad input). The 1-, 2- and 4-node study on the shipped
+hostfiles and OCI profile (exit 3: both hold placeholders):
+
+    python -m suite.cluster.sweep --out runs/study --profile oci-bm-gpu-gm4-8 \\
+        --hostfiles hostfiles/1node,hostfiles/2node,hostfiles/4node \\
+        --preset-per-scale 8=closed_8xA100_gbs3264,16=closed_16xA100_gbs3264,32=closed_32xA100_gbs3264 \\
+        --allreduce --dry-run -- models.resnet50 --data-dir /data/imagenet
+
 Re-running the same command resumes: a run whose result file holds a run_stop is skipped, anything
 else is run again (the earlier attempt is kept beside it, renamed).
 
@@ -26,7 +38,6 @@ write that fails (a full disk) is one line naming the file, and leaves the earli
 """
 import argparse
 import contextlib
-import importlib
 import json
 import os
 import shlex
@@ -40,7 +51,8 @@ from dataclasses import dataclass, field
 from suite.cluster import guardian, hostfile, launch, preflight, results
 from suite.cluster.hostfile import HostfileError
 from suite.cluster.launch import LaunchError
-from suite.common import profiles, runfiles
+from suite.common import modelargs, profiles, runfiles
+from suite.common.config import ConfigError
 from suite.common.profiles import ProfileError
 
 MANIFEST = "sweep.json"
@@ -116,6 +128,8 @@ class Sweep:
     system_info: dict = field(default_factory=dict)
     system_info_path: str = None
     verbose: bool = False
+    # A dry run's markers for what the hostfiles and profile leave to fill in (None: a real sweep).
+    placeholders: launch.Placeholders = None
 
     def plan(self):
         """What must match for a re-run to resume this sweep."""
@@ -224,7 +238,7 @@ def plan_sweep(args, passthrough, model):
             raise SweepError(f"--{name} is required")
     _check_model(model)
     profile = profiles.load(args.profile)
-    model_presets = _presets(model[0])
+    model_presets = modelargs.presets_of(model[0])
     benchmark = args.benchmark or getattr(model_presets, "BENCHMARK", None)
     if not benchmark:
         raise SweepError(f"cannot tell the MLPerf benchmark of {model[0]} (no "
@@ -241,14 +255,16 @@ def plan_sweep(args, passthrough, model):
     sweep = Sweep(out=os.path.abspath(args.out), model=model, benchmark=benchmark, runs=runs,
                   submitter=args.submitter, status=args.status, profile=profile, scales=scales,
                   allreduce_args=shlex.split(args.allreduce_args) if args.allreduce else None,
-                  verbose=args.verbose)
+                  verbose=args.verbose, placeholders=launch.Placeholders() if args.dry_run else None)
     _check_name("--submitter", sweep.submitter)
     for scale in scales:
         scale.launch_args = _launch_args(passthrough, scale, args.profile)
-        # The launcher's own checks (hosts, slots, profile placeholders, GPUs), once per scale, now.
-        launch.plan_launch(scale.launch_args, model_command(sweep, scale, 0))
+        # The launcher's own checks (hosts, slots, profile placeholders, GPUs, the model's flags and
+        # preset against the process count), once per scale, now.
+        launch.plan_launch(scale.launch_args, model_command(sweep, scale, 0), sweep.placeholders)
     if args.system_info:
-        sweep.system_info, sweep.system_info_path = read_system_info(args.system_info), args.system_info
+        sweep.system_info = read_system_info(args.system_info, sweep.placeholders)
+        sweep.system_info_path = args.system_info
     if not args.dry_run:
         _check_describable(sweep)
     return sweep
@@ -280,14 +296,6 @@ def _settings(args):
         elif arg.startswith("--set="):
             found.append(arg[len("--set="):])
     return found
-
-
-def _presets(module):
-    """MODULE.presets when it exists (cheap: no TensorFlow), to learn the benchmark and the presets."""
-    try:
-        return importlib.import_module(f"{module}.presets")
-    except ImportError:
-        return None
 
 
 def _scale_specs(args):
@@ -409,8 +417,9 @@ ACCELERATOR_FIELDS = ("accelerator_model_name", "accelerator_memory_capacity")
 SOFTWARE = ("python", "tf-keras", "numpy", "mpi4py", "mlperf-logging")
 
 
-def read_system_info(path):
-    """System-description fields from a YAML or JSON file; refuses unknown keys and placeholders."""
+def read_system_info(path, placeholders=None):
+    """System-description fields from a YAML or JSON file; refuses unknown keys, and placeholders
+    unless a dry run lists them (placeholders)."""
     try:
         # The profiles' reader: the same one-line errors for unreadable files, bad YAML, non-mappings.
         data = profiles.read_yaml(path)
@@ -420,8 +429,13 @@ def read_system_info(path):
         if key not in SYSTEM_FIELDS or key in SWEEP_FIELDS:
             raise SweepError(f"--system-info {path}: {key!r} is not a field it may set (the sweep sets "
                              f"{', '.join(SWEEP_FIELDS)})")
-        if isinstance(value, (dict, list)) or profiles.PLACEHOLDER in str(value):
+        if isinstance(value, (dict, list)) or profiles.PLACEHOLDER in str(value) and placeholders is None:
             raise SweepError(f"--system-info {path}: {key} is {value!r}; give the real value")
+        if profiles.PLACEHOLDER in str(value):
+            # Not in any command, but the sweep will refuse it: the dry run lists it with the others.
+            placeholders.mark(f"{path}:{launch.yaml_line(path, key)} {key}",
+                              "its real value (the comment beside it says where to read it); not in any "
+                              "command, but a real sweep refuses the file until then")
     return {key: value for key, value in data.items()}
 
 
@@ -795,20 +809,24 @@ def _now():
 # ---- dry run ----
 
 def print_dry_run(sweep, out=sys.stdout):
-    """Every command the sweep would run, scale by scale, with the variables each scale sets."""
+    """Every command the sweep would run, scale by scale, with the variables each scale sets, then
+    the placeholders left; returns the exit code (launch.PLACEHOLDERS_LEFT while any is left)."""
     for number, scale in enumerate(sweep.scales, start=1):
         out.write(f"# scale {number}/{len(sweep.scales)}: system {scale.system}, {scale.np} processes on "
                   f"{scale.nodes} host(s), preset {scale.preset}, {sweep.runs} runs\n")
         if sweep.allreduce_args is not None:
-            plan = launch.plan_launch(scale.launch_args, allreduce_command(sweep, scale))
+            plan = launch.plan_launch(scale.launch_args, allreduce_command(sweep, scale), sweep.placeholders)
             out.write(shlex.join(plan.command) + "\n")
         for index in range(sweep.runs):
             directory = run_dir(sweep, scale, index)
             plan = launch.plan_launch(_with_record(scale.launch_args, directory),
-                                      model_command(sweep, scale, index))
+                                      model_command(sweep, scale, index), sweep.placeholders)
             out.write(shlex.join(plan.command) + "\n")
         for key in sorted(plan.env):
             out.write(f"{key}={plan.env[key]}\n")
+    for line in sweep.placeholders.listing():
+        out.write(line + "\n")
+    return launch.PLACEHOLDERS_LEFT if sweep.placeholders else 0
 
 
 def main(argv=None):
@@ -817,14 +835,13 @@ def main(argv=None):
         args, passthrough, model = parse(argv)
         sweep = plan_sweep(args, passthrough, model)
         if args.dry_run:
-            print_dry_run(sweep)
-            return 0
+            return print_dry_run(sweep)
         with _interruptible():
             return execute(sweep, _say)
     except RunFailed as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
-    except (SweepError, HostfileError, ProfileError, LaunchError, results.LogError) as err:
+    except (SweepError, HostfileError, ProfileError, LaunchError, ConfigError, results.LogError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
     except OSError as err:

@@ -78,6 +78,8 @@ class Preset:
     batch_arithmetic: str
     overrides: typing.Mapping[str, object]
     note: str = ""
+    # The process counts batch_arithmetic is written for; empty: any count the batch divides over.
+    ranks: tuple = ()
 
     def describe(self):
         text = f"{self.hardware}; {self.batch_arithmetic}"

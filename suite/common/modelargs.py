@@ -1,0 +1,125 @@
+"""A model entry point's flags, read alike in every rank and on the login node before anything starts.
+
+The ranks parse them to run (suite/train/runner.py); the launchers parse them the same way to refuse,
+before any node is allocated, what every rank would refuse at start-up: an unknown flag or setting, a
+bad value, a preset meant for another process count, a global batch that does not split over the ranks.
+Nothing here imports TensorFlow: a model's presets module is plain data.
+"""
+import argparse
+import importlib
+import importlib.util
+import os
+
+from suite.common import profiles
+from suite.common.busbw import WARN_BELOW
+from suite.common.config import ConfigError, describe_fields, load_file, resolve
+from suite.common.workload import local_batch_size
+
+
+def build_parser(module, title, config_cls, presets, default_preset, parser_class=argparse.ArgumentParser):
+    """The flags of `python -m MODULE`."""
+    parser = parser_class(
+        prog=f"python -m {module}",
+        description=f"MLPerf Training {title} with TensorFlow + Horovod. Runs unchanged on one "
+                    f"process or under horovodrun, mpirun or srun. Settings come from a preset, then "
+                    f"--config, then --data-dir/--run-dir, then each --set.",
+        epilog="Presets:\n" + "\n".join(f"  {preset_name}: {preset.describe()}"
+                                        for preset_name, preset in presets.items())
+               + "\n\nSettings (--set key=value):\n" + "\n".join(describe_fields(config_cls)),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default=default_preset,
+                        help=f"named starting configuration (default: {default_preset})")
+    parser.add_argument("--data-dir", help="dataset directory (overrides the preset's data_dir)")
+    parser.add_argument("--run-dir", help="where the MLPerf log and run records go "
+                                          "(default: runs/<preset>-<time>)")
+    parser.add_argument("--config", metavar="FILE", help="JSON or YAML file of settings")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one setting; repeatable")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    cluster = parser.add_argument_group("cluster")
+    cluster.add_argument("--profile", default=os.environ.get(profiles.PROFILE_VARIABLE) or None,
+                         metavar="NAME|FILE",
+                         help=f"cluster profile ({', '.join(profiles.available())}, or a YAML file): its "
+                              f"NCCL, UCX, Open MPI and Horovod settings are put into this process's "
+                              f"environment before Horovod starts, so a raw horovodrun/mpirun/srun gets what "
+                              f"suite.cluster.launch gives (default: ${profiles.PROFILE_VARIABLE})")
+    cluster.add_argument("--require-rdma", action="store_true",
+                         help=f"stop before run_start unless every rank's NCCL uses RDMA between the nodes "
+                              f"and a short allreduce probe reaches {WARN_BELOW} of the profile's expected "
+                              "bus bandwidth (without it, both are checked and only warned about)")
+    return parser
+
+
+def resolve_config(args, config_cls, presets):
+    """The frozen config from parsed flags; raises ConfigError naming the flag, key or file."""
+    extra = {"data_dir": args.data_dir} if args.data_dir else {}
+    return resolve(config_cls, presets, args.preset, args.config, args.sets, extra)
+
+
+def presets_of(module):
+    """MODULE.presets (plain data, no TensorFlow), or None for a script or a module without one."""
+    if module.endswith(".py") or module.startswith("suite."):
+        # The suite's own entry points (the allreduce benchmark) have none, and looking would import
+        # the rank side.
+        return None
+    try:
+        # Only a package can hold one: importing MODULE.presets imports MODULE itself first, which
+        # for a plain module may load TensorFlow.
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        return importlib.import_module(f"{module}.presets")
+    except ImportError:
+        return None
+
+
+class _Refusing(argparse.ArgumentParser):
+    # The launcher's check says what is wrong in one line instead of argparse's usage and exit.
+    def error(self, message):
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def check(model, np):
+    """Refuses, in one line naming the flag, model args that every one of np ranks would refuse.
+
+    model is [MODULE, args...]; a module without a presets module (a script, the allreduce
+    benchmark) is left to check its own flags.
+    """
+    presets = presets_of(model[0])
+    if presets is None or {"-h", "--help"} & set(model[1:]):
+        return
+    parser = build_parser(model[0], model[0], presets.CONFIG, presets.PRESETS, presets.DEFAULT_PRESET,
+                          _Refusing)
+    args = parser.parse_args(model[1:])
+    try:
+        config = resolve_config(args, presets.CONFIG, presets.PRESETS)
+    except ConfigError as err:
+        raise ConfigError(f"{parser.prog}: {err}") from None
+    check_scale(parser.prog, presets.PRESETS, args.preset, config, np, _sets_batch(args))
+
+
+def _sets_batch(args):
+    """True when --set or --config gives the global batch, so the preset's arithmetic no longer holds."""
+    if any(item.partition("=")[0] == "global_batch_size" for item in args.sets):
+        return True
+    return bool(args.config) and "global_batch_size" in load_file(args.config)
+
+
+def check_scale(prog, presets, preset_name, config, np, batch_given=False):
+    """The preset's process count (unless the batch was given by hand) and the batch split over np ranks."""
+    preset = presets[preset_name]
+    if preset.ranks and np not in preset.ranks and not batch_given:
+        fitting = [name for name, other in presets.items() if np in other.ranks]
+        choose = f"choose {' or '.join(fitting)}" if fitting else "choose a preset for that count"
+        raise ConfigError(f"{prog}: preset {preset_name} is for {_counts(preset.ranks)} processes "
+                          f"({preset.batch_arithmetic}), not {np}; {choose}, or set the global batch "
+                          f"with --set global_batch_size=N")
+    try:
+        local_batch_size(config.global_batch_size, np, getattr(config, "accumulation_steps", 1))
+    except ValueError as err:
+        raise ConfigError(f"{prog}: preset {preset_name}: {err}; change -np or --set "
+                          f"global_batch_size=N") from None
+
+
+def _counts(ranks):
+    return " or ".join(str(count) for count in ranks)
