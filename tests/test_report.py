@@ -15,6 +15,9 @@ SUBMITTER = "acme"
 TIMES = {1: [2.0, 1.5, 1.75, 3.25, 2.5], 2: [1.25, 1.0, 0.875, 1.5, 1.125]}
 STATUS = {1: ["success", "success", "aborted", "success", "success"], 2: ["success"] * 5}
 START_MS = 1_700_000_000_000
+STEPS_TIMED = 40
+# A 2-class ResNet-50 as summary.json records it.
+GRADIENT = {"trainable_parameters": 23_512_130, "allreduce_dtype": "float32", "gradient_bytes": 94_048_520}
 
 
 def event(key, value=None, time_ms=START_MS, kind="POINT_IN_TIME", **metadata):
@@ -52,10 +55,11 @@ def summary(np, index, slow_rank=None):
     for rank in range(np):
         p50 = 100.0 + index + (40.0 if rank == slow_rank else 0.0)
         ranks.append({"rank": rank, "host": "vm", "samples_per_second": 16 / np / (p50 / 1000),
-                      "step_ms_p50": p50, "step_ms_p90": p50 + 5, "step_ms_max": p50 + 20})
+                      "step_ms_p50": p50, "step_ms_p90": p50 + 5, "step_ms_max": p50 + 20,
+                      "steps_timed": STEPS_TIMED})
     total = sum(r["samples_per_second"] for r in ranks)
     return {"samples_per_second_total": total, "samples_per_second_per_rank": total / np, "world_size": np,
-            "local_batch_size": 16 // np, "ranks": ranks}
+            "global_batch_size": 16, "local_batch_size": 16 // np, "ranks": ranks, **GRADIENT}
 
 
 def allreduce_record(np):
@@ -234,7 +238,8 @@ def test_projected_figures_are_labelled(built):
     assert "PROJECTED" in section and "not from runs" in section
     header, _ = tables(section)[0]
     for cell in header:
-        assert cell in ("processes", "measured runs") or cell.startswith(("projected", "measured")), cell
+        assert cell in ("processes", "measured runs", "per-rank batch (the sweep's)") \
+            or cell.startswith(("projected", "measured")), cell
     # No table outside that section has a projected column: measured tables stay measured.
     before = markdown.split("## Projected beside measured", 1)[0]
     assert not [cell for header, _ in tables(before) for cell in header if "projected" in cell.lower()]

@@ -217,7 +217,7 @@ def project(scenario, gpus=(8, 16, 32)):
 def describe(scenario):
     """One sentence of the inputs, for the line above a table."""
     params = MODEL_PARAMS.get(scenario.model)
-    width = {params * 2: " (fp16)", params * 4: " (fp32)"}.get(scenario.gradient_bytes, "")
+    width = {params * 2: " (fp16)", params * 4: " (fp32)"}.get(scenario.gradient_bytes, "") if params else ""
     batch = (f"strong scaling at global batch {scenario.global_batch} "
              f"(per-GPU batch {scenario.global_batch}/N)"
              if scenario.strong else f"weak scaling at per-GPU batch {scenario.per_gpu_batch}")
