@@ -737,26 +737,33 @@ def make_plots(data, folder, threshold_pct, scaling_mode="auto"):
 def _plot_ttt(plt, data, threshold_pct, scaling_mode):
     figure, axes = plt.subplots(figsize=(7, 4.5))
     top = max((run.log.minutes for scale in data.scales for run in scale.runs), default=1.0)
-    labels = {}  # label: a handle, so each drawn kind of mark has one legend entry and nothing else has one
+    labelled = set()
+
+    def label(text):
+        """The legend text the first time a kind of mark is drawn; matplotlib leaves "_..." out."""
+        first = text not in labelled
+        labelled.add(text)
+        return text if first else "_" + text
+
     for scale in data.scales:
         t = time_to_train(scale)
         for run in scale.runs:
-            label = "run (converged)" if run.log.converged else "run (not converged)"
-            line, = axes.plot(scale.np, run.log.minutes, "o" if run.log.converged else "x", color="C0")
-            labels.setdefault(label, line)
+            kind = "run (converged)" if run.log.converged else "run (not converged)"
+            axes.plot(scale.np, run.log.minutes, "o" if run.log.converged else "x", color="C0",
+                      label=label(kind))
         if t["olympic"] is not None:
-            line, = axes.plot(scale.np, t["olympic"], "_", color="C3", markersize=30, mew=2)
-            labels.setdefault("olympic mean (MLPerf)", line)
+            axes.plot(scale.np, t["olympic"], "_", color="C3", markersize=30, mew=2,
+                      label=label("olympic mean (MLPerf)"))
         elif scale.runs:
             axes.annotate("unscored", (scale.np, 1.08 * top), ha="center", color="C3", fontsize=9)
-            line, = axes.plot(scale.np, 1.04 * top, "v", color="C3")
-            labels.setdefault("unscored (MLPerf: too few runs, or 2+ not converged)", line)
+            axes.plot(scale.np, 1.04 * top, "v", color="C3",
+                      label=label("unscored (MLPerf: too few runs, or 2+ not converged)"))
         if t["olympic_all"] is not None:
-            line, = axes.plot(scale.np, t["olympic_all"], "_", color="C2", markersize=22, mew=2)
-            labels.setdefault("olympic mean of run times (status ignored)", line)
+            axes.plot(scale.np, t["olympic_all"], "_", color="C2", markersize=22, mew=2,
+                      label=label("olympic mean of run times (status ignored)"))
     _axes(axes, "processes", "minutes, run_start to run_stop", "Time to train (measured)", data)
     axes.set_ylim(0, 1.15 * top)
-    axes.legend(list(labels.values()), list(labels), fontsize=8)
+    axes.legend(fontsize=8)
     return figure
 
 
