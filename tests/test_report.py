@@ -562,3 +562,77 @@ def test_published_ratios_are_a_table_of_their_own(built):
     ratio, = table_with(markdown, "time-to-train ratio")
     assert ratio["time-to-train ratio"] == f"31.5 / 10.67 = {31.5 / 10.67:.2f}x"
     assert ratio["GPUs"] == "8 → 32"
+
+
+# ---- report.html in a real browser ----
+
+# Appended to a copy of the page: after load, what the browser made of every image and table.
+RENDER_CHECK = """<script>
+window.addEventListener("load", function () {
+  var images = Array.prototype.map.call(document.images, function (img) {
+    return {alt: img.alt, complete: img.complete, width: img.naturalWidth, height: img.naturalHeight};
+  });
+  var tables = Array.prototype.map.call(document.querySelectorAll("table"), function (table) {
+    var cells = table.querySelectorAll("thead th");
+    return {header: Array.prototype.map.call(cells, function (th) { return th.textContent; }),
+            rows: table.querySelectorAll("tbody tr").length};
+  });
+  var banners = document.querySelectorAll("div.banner").length;
+  var out = document.createElement("pre");
+  out.id = "render-check";
+  out.textContent = JSON.stringify({images: images, tables: tables, banners: banners});
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+def chromium():
+    """Debian's chromium; CI must have it (scripts/setup.sh installs it), elsewhere its absence skips."""
+    import shutil
+    found = shutil.which("chromium")
+    if found:
+        return found
+    if os.environ.get("CI"):
+        pytest.fail("chromium is required in CI to render report.html (scripts/setup.sh installs it)")
+    pytest.skip("no chromium on this machine (apt-get install chromium)")
+
+
+def render(page_path, tmp_path):
+    """What headless chromium saw once the page loaded: {images, tables, banners}."""
+    import html as htmllib
+    with open(page_path) as handle:
+        page = handle.read()
+    checked = tmp_path / "checked.html"
+    checked.write_text(page.replace("</body>", RENDER_CHECK + "</body>"))
+    result = run([chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+                  f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
+                  checked.as_uri()], timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r'<pre id="render-check">(.*?)</pre>', result.stdout, re.S)
+    assert found, "the page's load handler never ran: " + result.stdout[-2000:]
+    return json.loads(htmllib.unescape(found.group(1)))
+
+
+def test_report_html_renders_in_a_browser(built, tmp_path):
+    folder, markdown = built
+    out = os.path.join(folder, "report")
+    seen = render(os.path.join(out, "report.html"), tmp_path)
+    pngs = sorted(name for name in os.listdir(out) if name.endswith(".png"))
+    assert len(seen["images"]) == len(pngs) == 5
+    for image in seen["images"]:
+        assert image["complete"] and image["width"] >= 600 and image["height"] >= 350, image
+    # Every table of report.md is in the page, in order, with its header and its rows.
+    assert [(t["header"], t["rows"]) for t in seen["tables"]] == \
+        [(header, len(rows)) for header, rows in tables(markdown)]
+    assert seen["banners"] == len(report.banners(report.load_sweep(folder))) == 1
+
+
+def test_the_browser_check_sees_a_broken_image(built, tmp_path):
+    folder, _ = built
+    with open(os.path.join(folder, "report", "report.html")) as handle:
+        page = handle.read()
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.replace('src="data:image/png;base64,', 'src="data:image/png;base64,AAAA', 1))
+    seen = render(str(broken), tmp_path)
+    assert [image["width"] for image in seen["images"]].count(0) == 1
