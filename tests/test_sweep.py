@@ -619,3 +619,12 @@ def _truncate(path):
 
 def _snapshot(folder):
     return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_too_few_runs_are_warned_about():
+    assert sweep.too_few_runs("resnet", 5) is None and sweep.too_few_runs("bert", 12) is None
+    assert sweep.too_few_runs("unknown", 1) is None
+    warning = sweep.too_few_runs("resnet", 3)
+    assert warning.startswith("warning: 3 run(s) per scale, MLPerf requires 5 for resnet")
+    assert "found 3, expected 5" in warning
+    assert "requires 10 for bert" in sweep.too_few_runs("bert", 5)
