@@ -252,3 +252,13 @@ def test_a_flat_top_is_the_plateau():
     assert found.busbw_gbps == 2.0 and found.largest_bytes == 256 << 20
     # One rank moves nothing over a link: no plateau to read.
     assert scaling.plateau(curve([(1024, 0.0), (2048, 0.0)])) is None
+
+
+def test_cli_projects_strong_scaling_at_a_global_batch():
+    result = run([sys.executable, "-m", "suite.cluster.scaling", "--per-gpu-throughput", "2400",
+                  "--per-gpu-batch", "408", "--global-batch", "3264", "--busbw", "185", "--gpus", "8", "16"],
+                 timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "strong scaling at global batch 3264" in result.stdout
+    expected = project(resnet(per_gpu_batch=408, global_batch=3264), gpus=(8, 16)).point(16)
+    assert f"| {expected.samples_per_second:,.0f} |" in result.stdout
