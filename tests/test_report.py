@@ -426,6 +426,25 @@ def test_projection_of_a_weak_scaling_sweep_by_hand(tmp_path):
     assert "as asked (--scaling strong)" in strong
 
 
+def test_a_base_scale_of_several_ranks_has_its_own_allreduce_taken_out(tmp_path):
+    # 2 and 4 ranks, 16 images per step: the 2-rank base's measured step already holds an allreduce.
+    markdown = build(str(tmp_path / "sweep"), curve=WITH_PLATEAU, times={2: TIMES[2], 4: TIMES[2]},
+                     status={2: STATUS[2], 4: STATUS[2]})
+    busbw = PLATEAU_BUSBW * 2 * (4 - 1) / 4  # the plateau of the largest (4-rank) curve
+
+    def ring(n):
+        return 2 * (n - 1) / n * GRADIENT["gradient_bytes"] / (busbw * 1e9)
+
+    compute_2 = 8 / per_rank_median(2) - ring(2)
+    rows = projection_table(markdown)
+    # The base is reproduced, not charged its allreduce twice.
+    assert rows["2"]["projected throughput (samples/s)"] == \
+        rows["2"]["measured throughput (samples/s, median over runs)"] == f"{16 / (compute_2 + ring(2)):,.2f}"
+    assert rows["4"]["projected compute (ms)"] == f"{compute_2 / 2 * 1e3:.2f}"
+    assert rows["4"]["projected throughput (samples/s)"] == f"{16 / (compute_2 / 2 + ring(4)):,.2f}"
+    assert "with its own allreduce taken out" in markdown
+
+
 def test_measured_columns_use_the_median_everywhere(built):
     _, markdown = built
     throughput = {row["processes"]: row for row in table_with(markdown, "speed-up (throughput)")}

@@ -1,6 +1,7 @@
 """`python -m suite.cluster.report SWEEP`: time to train, throughput, scaling, stragglers, allreduce."""
 import argparse
 import base64
+import dataclasses
 import html
 import json
 import math
@@ -306,6 +307,7 @@ class ProjectionInputs:
     plateaus: dict  # as link_plateaus
     gradient: tuple  # (bytes, dtype, parameters)
     base: ScaleData
+    compute_note: str  # how X, the compute-only rate, came from the base scale's measurement
 
 
 def projection_inputs(data, asked="auto"):
@@ -334,7 +336,31 @@ def projection_inputs(data, asked="auto"):
         gradient_bytes=int(gradient[0]), busbw_gbps=inter, nvlink_busbw_gbps=intra,
         gpus_per_node=max(s.ranks_per_node for s in data.scales), overlap=0.0,
         global_batch=int(global_batch) if mode == "strong" else 0)
-    return ProjectionInputs(scenario, why, plateaus, gradient, base), None
+    scenario, compute_note = _compute_only(scenario, base)
+    return ProjectionInputs(scenario, why, plateaus, gradient, base, compute_note), None
+
+
+def _compute_only(scenario, base):
+    """(scenario, how X was found): X is compute only, so the base scale's own allreduce comes out.
+
+    The model assumes no overlap, so the base's measured step b0 / X_measured is its compute plus
+    its ring allreduce; without taking that out, the allreduce would count twice at every scale.
+    """
+    measured = scenario.per_gpu_throughput
+    if base.np == 1:
+        return scenario, (f"X is the one-process rate of {base.system} ({measured:.4g} samples/s): no "
+                          f"allreduce in it.")
+    step = scenario.per_gpu_batch / measured
+    allreduce = scaling.ring_allreduce_seconds(scenario.gradient_bytes, base.np,
+                                               scaling.link_for(scenario, base.np)[1])
+    if allreduce >= step:
+        return scenario, (f"X is {base.system}'s measured per-rank rate ({measured:.4g} samples/s), "
+                          f"allreduce included: the modelled allreduce ({allreduce * 1e3:.3f} ms) is longer "
+                          f"than the measured step ({step * 1e3:.3f} ms), so the two cannot be told apart.")
+    compute = dataclasses.replace(scenario, per_gpu_throughput=scenario.per_gpu_batch / (step - allreduce))
+    return compute, (f"X = b0 / (b0 / X_measured − allreduce(N0)) = {scenario.per_gpu_batch} / "
+                     f"({step * 1e3:.3f} ms − {allreduce * 1e3:.3f} ms): {base.system}'s measured per-rank "
+                     f"rate ({measured:.4g} samples/s) with its own allreduce taken out.")
 
 
 def projection_rows(data, asked="auto"):
@@ -607,6 +633,7 @@ def _projection_section(data, scaling_mode):
                   f"bytes, from summary.json) and the plateau bus bandwidth of the allreduce curve. "
                   f"{scaling.describe(inputs.scenario)}. The formula:"),
             ("code", "\n".join(scaling.formula(inputs.scenario))),
+            ("p", inputs.compute_note),
             ("p", " ".join(_plateau_text(link, scale, plateau, nbytes)
                            for link, (scale, plateau) in sorted(inputs.plateaus.items()))),
             ("p", f"Every projected column says so; the measured columns are the same runs as above "

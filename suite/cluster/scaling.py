@@ -232,7 +232,7 @@ def formula(scenario):
     batch = (f"b(N) = {scenario.global_batch} / N (strong scaling: fixed global batch)" if scenario.strong
              else f"b(N) = {scenario.per_gpu_batch} (weak scaling: fixed per-GPU batch)")
     return [batch,
-            f"compute(N) = b(N) / X, X = {scenario.per_gpu_throughput:g} samples/s per GPU measured at "
+            f"compute(N) = b(N) / X, X = {scenario.per_gpu_throughput:g} samples/s per GPU of compute at "
             f"batch {scenario.per_gpu_batch}",
             f"allreduce(N) = 2(N-1)/N × S / B, S = {scenario.gradient_bytes:,} bytes (ring; no latency "
             f"term; 0 on one GPU)",
