@@ -7,8 +7,8 @@ The model, per scale of N GPUs:
 
     b(N)     = G / N (strong scaling: the global batch G is fixed, as in the closed presets,
                3264 = 8 x 408 = 16 x 204 = 32 x 102) or b0 (weak scaling: the per-GPU batch is fixed)
-    compute  = b(N) / X                        (X: per-GPU samples/s measured at batch b0; the time
-                                                of one sample is taken as independent of the batch)
+    compute  = b(N) / X                        (X: per-GPU samples/s of compute alone at batch b0; the
+                                                time of one sample is taken as independent of the batch)
     t        = 2(N-1)/N * S / B                (ring allreduce of S gradient bytes at bus bandwidth B)
     exposed  = max((1 - overlap) * t, t - compute)
     step     = compute + exposed
