@@ -389,11 +389,15 @@ def banners(data, asked="auto"):
                      f"{data.benchmark}; this sweep has {counts}. Those olympic means are not MLPerf "
                      f"scores, and mlperf_logging.package_checker fails the folder "
                      f"(\"found {len(short[0].runs)}, expected {required}\").")
-    thin = [(s, index, steps) for s in data.scales for index, _, _, steps in run_throughputs(s)
-            if steps is not None and steps < MIN_TIMED_STEPS]
+    thin = {s.system: [(index, steps) for index, _, _, steps in run_throughputs(s)
+                       if steps is not None and steps < MIN_TIMED_STEPS] for s in data.scales}
+    thin = {name: found_runs for name, found_runs in thin.items() if found_runs}
     if thin:
-        runs = "; ".join(f"{s.system} run {index}: {steps}" for s, index, steps in thin)
-        found.append(f"THROUGHPUT FROM TOO FEW STEPS: {len(thin)} run(s) timed fewer than {MIN_TIMED_STEPS} "
+        runs = "; ".join(f"{name} run(s) {', '.join(str(i) for i, _ in found_runs)}: "
+                         f"{_steps(min(n for _, n in found_runs), max(n for _, n in found_runs))} steps"
+                         for name, found_runs in thin.items())
+        count = sum(len(found_runs) for found_runs in thin.values())
+        found.append(f"THROUGHPUT FROM TOO FEW STEPS: {count} run(s) timed fewer than {MIN_TIMED_STEPS} "
                      f"steps ({runs}). Their samples/s, the speed-ups and the projection built on them are "
                      f"noise-level; train longer (more steps per run) before reading them.")
     inputs, _ = projection_inputs(data, asked)
