@@ -634,15 +634,28 @@ def _projection_section(data, scaling_mode):
                   f"It models the experiment this sweep ran: {inputs.mode_reason}. Its inputs are measured "
                   f"here: the per-rank throughput of the smallest scale ({inputs.base.system}, {AGGREGATE}), "
                   f"the trained model's gradient ({params:,} trainable parameters × {dtype} = {nbytes:,} "
-                  f"bytes, from summary.json) and the plateau bus bandwidth of the allreduce curve. "
-                  f"{scaling.describe(inputs.scenario)}. The formula:"),
+                  f"bytes, from summary.json) and the plateau bus bandwidth of the allreduce curve; "
+                  f"{inputs.scenario.gpus_per_node} ranks per node, no overlap. The formula:"),
             ("code", "\n".join(scaling.formula(inputs.scenario))),
             ("p", inputs.compute_note),
-            ("p", " ".join(_plateau_text(link, scale, plateau, nbytes)
-                           for link, (scale, plateau) in sorted(inputs.plateaus.items()))),
+            ("p", " ".join([_plateau_text(link, scale, plateau, nbytes)
+                            for link, (scale, plateau) in sorted(inputs.plateaus.items())]
+                           + _stand_in(data, inputs))),
             ("p", f"Every projected column says so; the measured columns are the same runs as above "
                   f"({AGGREGATE})."),
             ("table", header, body)]
+
+
+def _stand_in(data, inputs):
+    """A sentence when one link's bandwidth stands in for the other's, which nothing measured."""
+    gpus_per_node = inputs.scenario.gpus_per_node
+    if "network" not in inputs.plateaus and any(s.np > gpus_per_node for s in data.scales):
+        return ["No allreduce was measured across nodes: the one-node plateau stands in for the network, "
+                "so the projection beyond one node is optimistic."]
+    if "one node" not in inputs.plateaus and any(1 < s.np <= gpus_per_node for s in data.scales):
+        return ["No allreduce was measured inside one node: the network plateau stands in for it, so the "
+                "projection inside a node is pessimistic."]
+    return []
 
 
 def _plateau_text(link, scale, plateau, gradient_bytes):
