@@ -510,6 +510,13 @@ def test_banner_for_an_allreduce_curve_without_a_plateau(built):
     assert "> **WARNING: ALLREDUCE CURVE NEVER REACHED" in top_of(markdown)
 
 
+def test_a_curve_that_falls_at_its_end_is_not_called_rising(tmp_path):
+    folder = str(tmp_path / "sweep")
+    make_sweep(folder, curve=((1 << 19, 1.1e-3), (1 << 20, 4.8e-3)))
+    found, = report.banners(report.load_sweep(folder))
+    assert "bus bandwidth fell 54% between the two largest sizes" in found and "rose" not in found
+
+
 # ---- plots: like with like ----
 
 def legend_of(axes):

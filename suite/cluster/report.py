@@ -409,10 +409,15 @@ def banners(data, asked="auto"):
 
 
 def _no_plateau(plateau, gradient_bytes):
-    return (f"bus bandwidth still rose {100 * plateau.rise:.0f}% between the two largest sizes (up to "
-            f"{_size(plateau.largest_bytes)}), so those times are per-message latency, not bandwidth. The "
-            f"projection uses the largest size's {plateau.busbw_gbps:.3f} GB/s, a lower bound: its allreduce "
-            f"times are upper bounds. Rerun the sweep with --allreduce-args \"--max-bytes "
+    used = f"The projection uses the largest size's {plateau.busbw_gbps:.3f} GB/s"
+    if plateau.rise >= 0:
+        shape = (f"bus bandwidth still rose {100 * plateau.rise:.0f}% between the two largest sizes (up to "
+                 f"{_size(plateau.largest_bytes)}), so those times are per-message latency, not bandwidth. "
+                 f"{used}, a lower bound: its allreduce times are upper bounds.")
+    else:
+        shape = (f"bus bandwidth fell {100 * -plateau.rise:.0f}% between the two largest sizes (up to "
+                 f"{_size(plateau.largest_bytes)}): the end of the curve is noise, not a plateau. {used}.")
+    return (f"{shape} Rerun the sweep with --allreduce-args \"--max-bytes "
             f"{_size(scaling.max_bytes_for(gradient_bytes, plateau.largest_bytes))}\" (at least the "
             f"{gradient_bytes / 1e6:.1f} MB gradient).")
 
