@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the suite needs on a fresh Debian + Python 3.11 machine:
-# Debian packages (Open MPI, cmake, g++; for the tests shellcheck, and openssh-server and iproute2 for the
-# two-host cluster of network namespaces), a virtual environment with the pinned
+# Debian packages (Open MPI, cmake, g++; for the tests shellcheck, openssh-server and iproute2 for the
+# two-host cluster of network namespaces, and chromium to render the report's HTML), a virtual environment with the pinned
 # dependencies, and Horovod built from source with TensorFlow, Gloo and MPI.
 #
 # Idempotent: the environment is cached outside the clone, keyed on the pinned
@@ -42,7 +42,8 @@ detect_device() {
 
 install_debian_packages() {
   [[ ${SUITE_SKIP_APT:-0} == 1 ]] && return
-  local wanted=(openmpi-bin libopenmpi-dev cmake g++ make git shellcheck openssh-server openssh-client iproute2)
+  local wanted=(openmpi-bin libopenmpi-dev cmake g++ make git shellcheck openssh-server openssh-client iproute2
+              chromium)
   local missing=()
   for pkg in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

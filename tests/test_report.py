@@ -15,6 +15,9 @@ SUBMITTER = "acme"
 TIMES = {1: [2.0, 1.5, 1.75, 3.25, 2.5], 2: [1.25, 1.0, 0.875, 1.5, 1.125]}
 STATUS = {1: ["success", "success", "aborted", "success", "success"], 2: ["success"] * 5}
 START_MS = 1_700_000_000_000
+STEPS_TIMED = 40
+# A 2-class ResNet-50 as summary.json records it.
+GRADIENT = {"trainable_parameters": 23_512_130, "allreduce_dtype": "float32", "gradient_bytes": 94_048_520}
 
 
 def event(key, value=None, time_ms=START_MS, kind="POINT_IN_TIME", **metadata):
@@ -47,21 +50,33 @@ def write(path, text):
         handle.write(text)
 
 
-def summary(np, index, slow_rank=None):
+def summary(np, index, slow_rank=None, weak=False, steps=None):
+    """summary.json of one run: 16 images per step in all (strong scaling) or per rank (weak)."""
+    local = 16 if weak else 16 // np
     ranks = []
     for rank in range(np):
         p50 = 100.0 + index + (40.0 if rank == slow_rank else 0.0)
-        ranks.append({"rank": rank, "host": "vm", "samples_per_second": 16 / np / (p50 / 1000),
-                      "step_ms_p50": p50, "step_ms_p90": p50 + 5, "step_ms_max": p50 + 20})
+        ranks.append({"rank": rank, "host": "vm", "samples_per_second": local / (p50 / 1000),
+                      "step_ms_p50": p50, "step_ms_p90": p50 + 5, "step_ms_max": p50 + 20,
+                      "steps_timed": STEPS_TIMED if steps is None else steps})
     total = sum(r["samples_per_second"] for r in ranks)
     return {"samples_per_second_total": total, "samples_per_second_per_rank": total / np, "world_size": np,
-            "local_batch_size": 16 // np, "ranks": ranks}
+            "global_batch_size": local * np, "local_batch_size": local, "ranks": ranks, **GRADIENT}
 
 
-def allreduce_record(np):
+# Per-rank message sizes and times of the allreduce benchmark: a latency floor (the same time at
+# every size, so busbw only climbs) or a curve that flattens to 2 GB/s busbw at its largest sizes.
+LATENCY_FLOOR = ((4096, 1.1e-3), (65536, 1.1e-3), (1 << 20, 1.1e-3))
+# On 2 ranks busbw = algbw = bytes / time: 0.3, 1.96, 2.0 and 2.04 GB/s; the plateau is 16M-256M.
+PLATEAU_BUSBW = 2.0
+WITH_PLATEAU = tuple((nbytes, nbytes / (busbw * 1e9))
+                     for nbytes, busbw in ((1 << 20, 0.3), (16 << 20, 1.96), (64 << 20, 2.0),
+                                           (256 << 20, 2.04)))
+
+
+def allreduce_record(np, curve=LATENCY_FLOOR):
     rows = []
-    for i, nbytes in enumerate((4096, 65536, 1 << 20)):
-        seconds = 1e-4 * (i + 1)
+    for nbytes, seconds in curve:
         algbw = nbytes / seconds / 1e9
         rows.append({"bytes": nbytes, "seconds": seconds, "time_us": seconds * 1e6, "algbw_gbps": algbw,
                      "busbw_gbps": algbw * 2 * (np - 1) / np, "correct": True})
@@ -81,24 +96,30 @@ def network_env(index):
                         "status": "below expectation" if fallback else "ok"}}
 
 
-def make_sweep(folder, slow_rank=None, allreduce=True):
-    """A sweep folder as suite.cluster.sweep leaves it, with known times."""
+def make_sweep(folder, slow_rank=None, allreduce=True, runs=None, weak=False, steps=None,
+               curve=LATENCY_FLOOR, times=None, status=None):
+    """A sweep folder as suite.cluster.sweep leaves it, with known times.
+
+    runs: {np: how many of the planned 5 runs are there}; the 1-process scale gets an allreduce
+    record too when allreduce is "every scale" (the sweep measures each scale).
+    """
+    times, status = times or TIMES, status or STATUS
     scales = []
-    for np, minutes in TIMES.items():
+    for np, minutes in times.items():
         scales.append({"system": system(np), "np": np, "nodes": 1, "hostfile": "hostfiles/localhost",
                        "hosts": [{"name": "localhost", "slots": 2}], "preset": "sweep_cpu"})
-        for index, value in enumerate(minutes):
+        for index, value in enumerate(minutes[:(runs or {}).get(np, len(minutes))]):
             write(os.path.join(folder, SUBMITTER, "results", system(np), BENCH, f"result_{index}.txt"),
-                  log_text(value, STATUS[np][index], start=START_MS + index * 3_600_000))
+                  log_text(value, status[np][index], start=START_MS + index * 3_600_000))
             run_dir = os.path.join(folder, "runs", system(np), f"run_{index}")
             write(os.path.join(run_dir, "summary.json"),
-                  json.dumps(summary(np, index, slow_rank if np == 2 else None)))
+                  json.dumps(summary(np, index, slow_rank if np == 2 else None, weak=weak, steps=steps)))
             write(os.path.join(run_dir, "config.json"), json.dumps({"config": {"fp16_allreduce": False}}))
             if np > 1:
                 write(os.path.join(run_dir, "env.json"), json.dumps(network_env(index)))
-        if allreduce and np > 1:
+        if allreduce and (np > 1 or allreduce == "every scale"):
             write(os.path.join(folder, "runs", system(np), "allreduce.json"),
-                  json.dumps(allreduce_record(np)))
+                  json.dumps(allreduce_record(np, curve)))
     plan = {"module": "models.resnet50", "model_args": [], "benchmark": BENCH, "runs": 5,
             "submitter": SUBMITTER, "status": "onprem", "profile": "test", "scales": scales}
     write(os.path.join(folder, "sweep.json"), json.dumps({"plan": plan, "runs": {}}))
@@ -234,7 +255,8 @@ def test_projected_figures_are_labelled(built):
     assert "PROJECTED" in section and "not from runs" in section
     header, _ = tables(section)[0]
     for cell in header:
-        assert cell in ("processes", "measured runs") or cell.startswith(("projected", "measured")), cell
+        assert cell in ("processes", "measured runs", "per-rank batch (the sweep's)") \
+            or cell.startswith(("projected", "measured")), cell
     # No table outside that section has a projected column: measured tables stay measured.
     before = markdown.split("## Projected beside measured", 1)[0]
     assert not [cell for header, _ in tables(before) for cell in header if "projected" in cell.lower()]
@@ -347,3 +369,299 @@ def test_out_that_is_not_a_report_folder_is_refused(tmp_path):
     (precious / "notes.txt").write_text("keep me")
     one_line_error(report_cli(folder, "--out", str(precious)), str(precious), "not a report folder")
     assert [p.name for p in precious.iterdir()] == ["notes.txt"]
+
+
+# ---- the projection, recomputed by hand from the report's own inputs ----
+
+def projection_table(markdown):
+    return {row["processes"]: row for row in table_with(markdown, "projected throughput (samples/s)")}
+
+
+def per_rank_median(np, weak=False):
+    rates = sorted(summary(np, i, weak=weak)["samples_per_second_per_rank"] for i in range(5))
+    return rates[2]
+
+
+def build(folder, *args, **changes):
+    make_sweep(folder, **changes)
+    assert report.main([folder, *args]) == 0
+    with open(os.path.join(folder, "report", "report.md")) as handle:
+        return handle.read()
+
+
+def test_projection_of_a_strong_scaling_sweep_by_hand(tmp_path):
+    # The runs kept 16 images per step: 16 on 1 rank, 8 + 8 on 2. The curve flattens at 2 GB/s.
+    markdown = build(str(tmp_path / "sweep"), curve=WITH_PLATEAU)
+    x = per_rank_median(1)  # samples/s of one rank at batch 16
+    ring = 2 * (2 - 1) / 2 * GRADIENT["gradient_bytes"] / (PLATEAU_BUSBW * 1e9)
+    step_2 = 8 / x + ring
+    rows = projection_table(markdown)
+    assert rows["2"]["per-rank batch (the sweep's)"] == "8"
+    assert rows["2"]["projected compute (ms)"] == f"{8 / x * 1e3:.2f}"
+    assert rows["2"]["projected allreduce (ms)"] == f"{ring * 1e3:.3f}"
+    assert rows["2"]["projected throughput (samples/s)"] == f"{16 / step_2:,.2f}"
+    assert rows["2"]["projected efficiency"] == f"{100 * (16 / step_2) / (2 * x):.1f}%"
+    # The weak-scaling arithmetic (2 x 16 images per step) gives another figure: not this sweep's.
+    assert rows["2"]["projected throughput (samples/s)"] != f"{2 * 16 / (16 / x + ring):,.2f}"
+    assert "b(N) = 16 / N (strong scaling: fixed global batch)" in markdown
+    assert f"S = {GRADIENT['gradient_bytes']:,} bytes" in markdown
+    assert "the plateau is their median, 2.000 GB/s" in markdown and "NO PLATEAU" not in markdown
+    assert "stands in" not in markdown
+
+
+def test_projection_of_a_weak_scaling_sweep_by_hand(tmp_path):
+    # The runs kept 16 images per rank: 16 on 1 rank, 2 x 16 on 2.
+    markdown = build(str(tmp_path / "sweep"), curve=WITH_PLATEAU, weak=True)
+    x = per_rank_median(1, weak=True)
+    ring = GRADIENT["gradient_bytes"] / (PLATEAU_BUSBW * 1e9)
+    rows = projection_table(markdown)
+    assert rows["2"]["per-rank batch (the sweep's)"] == "16"
+    assert rows["2"]["projected throughput (samples/s)"] == f"{2 * 16 / (16 / x + ring):,.2f}"
+    assert rows["2"]["projected efficiency"] == f"{100 * (16 / x) / (16 / x + ring):.1f}%"
+    assert "b(N) = 16 (weak scaling: fixed per-GPU batch)" in markdown
+    assert "weak scaling: the runs kept the per-rank batch at 16" in markdown
+    # --scaling overrides what the runs say.
+    strong = build(str(tmp_path / "again"), "--scaling", "strong", curve=WITH_PLATEAU, weak=True)
+    # At the smallest scale's global batch: 16 images on one rank.
+    assert "b(N) = 16 / N (strong scaling: fixed global batch)" in strong
+    assert "as asked (--scaling strong)" in strong
+
+
+def test_a_base_scale_of_several_ranks_has_its_own_allreduce_taken_out(tmp_path):
+    # 2 and 4 ranks, 16 images per step: the 2-rank base's measured step already holds an allreduce.
+    markdown = build(str(tmp_path / "sweep"), curve=WITH_PLATEAU, times={2: TIMES[2], 4: TIMES[2]},
+                     status={2: STATUS[2], 4: STATUS[2]})
+    busbw = PLATEAU_BUSBW * 2 * (4 - 1) / 4  # the plateau of the largest (4-rank) curve
+
+    def ring(n):
+        return 2 * (n - 1) / n * GRADIENT["gradient_bytes"] / (busbw * 1e9)
+
+    compute_2 = 8 / per_rank_median(2) - ring(2)
+    rows = projection_table(markdown)
+    # The base is reproduced, not charged its allreduce twice.
+    assert rows["2"]["projected throughput (samples/s)"] == \
+        rows["2"]["measured throughput (samples/s, median over runs)"] == f"{16 / (compute_2 + ring(2)):,.2f}"
+    assert rows["4"]["projected compute (ms)"] == f"{compute_2 / 2 * 1e3:.2f}"
+    assert rows["4"]["projected throughput (samples/s)"] == f"{16 / (compute_2 / 2 + ring(4)):,.2f}"
+    assert "with its own allreduce taken out" in markdown
+    # 4 ranks do not fit the 2 slots of a node; no curve was measured across nodes.
+    assert "the one-node plateau stands in for the network" in markdown
+
+
+def test_measured_columns_use_the_median_everywhere(built):
+    _, markdown = built
+    throughput = {row["processes"]: row for row in table_with(markdown, "speed-up (throughput)")}
+    projected = projection_table(markdown)
+    for np in TIMES:
+        totals = sorted(summary(np, i, 1 if np == 2 else None)["samples_per_second_total"] for i in range(5))
+        cell = f"{totals[2]:,.2f}"
+        assert throughput[str(np)]["throughput (samples/s, total; median over runs)"] == cell
+        assert projected[str(np)]["measured throughput (samples/s, median over runs)"] == cell
+        assert throughput[str(np)]["min–max over runs (samples/s)"] == f"{totals[0]:,.2f}–{totals[-1]:,.2f}"
+        assert throughput[str(np)]["timed steps per run (min–max)"] == str(STEPS_TIMED)
+
+
+# ---- banners ----
+
+def top_of(markdown):
+    """What comes before the first section."""
+    return markdown.split("\n## ", 1)[0]
+
+
+def test_no_banner_for_a_sweep_fit_for_its_use(tmp_path):
+    folder = str(tmp_path / "sweep")
+    make_sweep(folder, curve=WITH_PLATEAU)
+    assert report.banners(report.load_sweep(folder)) == []
+
+
+def test_banner_for_too_few_runs(tmp_path):
+    folder = str(tmp_path / "sweep")
+    make_sweep(folder, curve=WITH_PLATEAU, runs={1: 5, 2: 3})
+    found = report.banners(report.load_sweep(folder))
+    assert len(found) == 1 and found[0].startswith("NOT VALID FOR SUBMISSION")
+    assert "requires 5 runs" in found[0] and f"{system(2)} 3" in found[0] and system(1) not in found[0]
+    assert "found 3, expected 5" in found[0]
+    result = report_cli(folder)
+    assert result.returncode == 0 and "WARNING: NOT VALID FOR SUBMISSION" in result.stderr
+    with open(os.path.join(folder, "report", "report.md")) as handle:
+        assert "> **WARNING: NOT VALID FOR SUBMISSION" in top_of(handle.read())
+    with open(os.path.join(folder, "report", "report.html")) as handle:
+        page = handle.read()
+    assert page.index('<div class="banner">') < page.index("<h2>")
+
+
+def test_banner_for_too_few_timed_steps(tmp_path):
+    folder = str(tmp_path / "sweep")
+    make_sweep(folder, curve=WITH_PLATEAU, steps=report.MIN_TIMED_STEPS - 1)
+    found = report.banners(report.load_sweep(folder))
+    assert len(found) == 1 and found[0].startswith("THROUGHPUT FROM TOO FEW STEPS")
+    assert f"10 run(s) timed fewer than {report.MIN_TIMED_STEPS}" in found[0]
+    assert f"{system(2)} run(s) 0, 1, 2, 3, 4: {report.MIN_TIMED_STEPS - 1} steps" in found[0]
+    make_sweep(str(tmp_path / "enough"), curve=WITH_PLATEAU, steps=report.MIN_TIMED_STEPS)
+    assert report.banners(report.load_sweep(str(tmp_path / "enough"))) == []
+
+
+def test_banner_for_an_allreduce_curve_without_a_plateau(built):
+    folder, markdown = built
+    found = report.banners(report.load_sweep(folder))
+    assert len(found) == 1 and found[0].startswith(f"ALLREDUCE CURVE NEVER REACHED ITS PLATEAU ({system(2)})")
+    # 1.1 ms at 64K and at 1M: busbw rose 16x; the gradient of 94 MB wants --max-bytes 128M.
+    assert "rose 1500%" in found[0] and '--max-bytes 128M' in found[0]
+    assert "> **WARNING: ALLREDUCE CURVE NEVER REACHED" in top_of(markdown)
+
+
+def test_a_curve_that_falls_at_its_end_is_not_called_rising(tmp_path):
+    folder = str(tmp_path / "sweep")
+    make_sweep(folder, curve=((1 << 19, 1.1e-3), (1 << 20, 4.8e-3)))
+    found, = report.banners(report.load_sweep(folder))
+    assert "bus bandwidth fell 54% between the two largest sizes" in found and "rose" not in found
+
+
+# ---- plots: like with like ----
+
+def legend_of(axes):
+    return [text.get_text() for text in axes.get_legend().get_texts()]
+
+
+def test_plots_show_what_they_label(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    # Two runs of the 1-process scale did not converge: it is unscored.
+    status = {1: ["aborted", "success", "aborted", "success", "success"], 2: ["success"] * 5}
+    folder = str(tmp_path / "sweep")
+    make_sweep(folder, allreduce="every scale", status=status)
+    data = report.load_sweep(folder)
+    ttt = report._plot_ttt(plt, data, 10.0, "auto").axes[0]
+    labels = legend_of(ttt)
+    for label in labels:
+        drawn = [line for line in ttt.get_lines() if line.get_label() == label]
+        assert len(drawn) == 1 and len(drawn[0].get_xdata()) == 1, label
+    assert "olympic mean (MLPerf)" in labels and "run (not converged)" in labels
+    assert any(label.startswith("unscored") for label in labels)
+    assert [t.get_text() for t in ttt.texts] == ["unscored"]
+    scaling_axes = report._plot_scaling(plt, data, 10.0, "auto").axes
+    assert not [label for axes in scaling_axes for label in legend_of(axes) if "published" in label.lower()]
+    allreduce = report._plot_allreduce(plt, data, 10.0, "auto").axes[0]
+    assert [line.get_label() for line in allreduce.get_lines()] == [system(2)]
+    plt.close("all")
+
+
+def test_ttt_legend_has_no_entry_for_what_is_not_drawn(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    folder = str(tmp_path / "sweep")
+    make_sweep(folder, status={1: ["success"] * 5, 2: ["success"] * 5})
+    labels = legend_of(report._plot_ttt(plt, report.load_sweep(folder), 10.0, "auto").axes[0])
+    assert labels == ["run (converged)", "olympic mean (MLPerf)",
+                      "olympic mean of run times (status ignored)"]
+    plt.close("all")
+
+
+def test_a_single_process_scale_has_no_allreduce_rows(tmp_path):
+    markdown = build(str(tmp_path / "sweep"), allreduce="every scale")
+    rows = table_with(markdown, "busbw (GB/s)")
+    assert rows and {row["system"] for row in rows} == {system(2)}
+    assert f"{system(1)}: one process, so nothing crosses a link" in markdown
+
+
+# ---- published rows ----
+
+def test_published_rows_link_public_sources_and_recompute_from_their_runs(built):
+    _, markdown = built
+    rows = table_with(markdown, "published system")
+    for row in rows:
+        assert re.search(r"\]\(https://[^)]+\)", row["source"]), row["source"]
+    listed = [row for row in rows if row["runs (min, run_stop − run_start)"] != "not listed"]
+    assert len(listed) == 2
+    for row in listed:
+        runs = [float(v) for v in row["runs (min, run_stop − run_start)"].split(", ")]
+        assert len(runs) == {"resnet": 5, "bert": 10}[row["benchmark"]]
+        assert f"{olympic_by_hand(runs):.2f}" == row["time to train (min)"]
+    for reference in report.REFERENCES:
+        if reference.runs_ms:
+            minutes = [ms / 60000 for ms in reference.runs_ms]
+            assert round(olympic_by_hand(minutes), 2) == reference.minutes
+    assert "tracker" not in markdown.lower()
+
+
+def test_published_ratios_are_a_table_of_their_own(built):
+    _, markdown = built
+    ratio, = table_with(markdown, "time-to-train ratio")
+    assert ratio["time-to-train ratio"] == f"31.5 / 10.67 = {31.5 / 10.67:.2f}x"
+    assert ratio["GPUs"] == "8 → 32"
+
+
+# ---- report.html in a real browser ----
+
+# Appended to a copy of the page: after load, what the browser made of every image and table.
+RENDER_CHECK = """<script>
+window.addEventListener("load", function () {
+  var images = Array.prototype.map.call(document.images, function (img) {
+    return {alt: img.alt, complete: img.complete, width: img.naturalWidth, height: img.naturalHeight};
+  });
+  var tables = Array.prototype.map.call(document.querySelectorAll("table"), function (table) {
+    var cells = table.querySelectorAll("thead th");
+    return {header: Array.prototype.map.call(cells, function (th) { return th.textContent; }),
+            rows: table.querySelectorAll("tbody tr").length};
+  });
+  var banners = document.querySelectorAll("div.banner").length;
+  var out = document.createElement("pre");
+  out.id = "render-check";
+  out.textContent = JSON.stringify({images: images, tables: tables, banners: banners});
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+def chromium():
+    """Debian's chromium; CI must have it (scripts/setup.sh installs it), elsewhere its absence skips."""
+    import shutil
+    found = shutil.which("chromium")
+    if found:
+        return found
+    if os.environ.get("CI"):
+        pytest.fail("chromium is required in CI to render report.html (scripts/setup.sh installs it)")
+    pytest.skip("no chromium on this machine (apt-get install chromium)")
+
+
+def render(page_path, tmp_path):
+    """What headless chromium saw once the page loaded: {images, tables, banners}."""
+    import html as htmllib
+    with open(page_path) as handle:
+        page = handle.read()
+    checked = tmp_path / "checked.html"
+    checked.write_text(page.replace("</body>", RENDER_CHECK + "</body>"))
+    result = run([chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+                  f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
+                  checked.as_uri()], timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r'<pre id="render-check">(.*?)</pre>', result.stdout, re.S)
+    assert found, "the page's load handler never ran: " + result.stdout[-2000:]
+    return json.loads(htmllib.unescape(found.group(1)))
+
+
+def test_report_html_renders_in_a_browser(built, tmp_path):
+    folder, markdown = built
+    out = os.path.join(folder, "report")
+    seen = render(os.path.join(out, "report.html"), tmp_path)
+    pngs = sorted(name for name in os.listdir(out) if name.endswith(".png"))
+    assert len(seen["images"]) == len(pngs) == 5
+    for image in seen["images"]:
+        assert image["complete"] and image["width"] >= 600 and image["height"] >= 350, image
+    # Every table of report.md is in the page, in order, with its header and its rows.
+    assert [(t["header"], t["rows"]) for t in seen["tables"]] == \
+        [(header, len(rows)) for header, rows in tables(markdown)]
+    assert seen["banners"] == len(report.banners(report.load_sweep(folder))) == 1
+
+
+def test_the_browser_check_sees_a_broken_image(built, tmp_path):
+    folder, _ = built
+    with open(os.path.join(folder, "report", "report.html")) as handle:
+        page = handle.read()
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.replace('src="data:image/png;base64,', 'src="data:image/png;base64,AAAA', 1))
+    seen = render(str(broken), tmp_path)
+    assert [image["width"] for image in seen["images"]].count(0) == 1

@@ -170,3 +170,95 @@ def test_cli_bad_input_is_one_line(args, culprit):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and culprit in lines[0], result.stderr
+
+
+# ---- strong and weak scaling, recomputed by hand ----
+
+def cpu_sweep(**changes):
+    """A 1 -> 2 process CPU sweep: 82.68 samples/s on one process at batch 16, a 94 MB gradient."""
+    values = dict(model="resnet50", per_gpu_throughput=82.68, per_gpu_batch=16, gradient_bytes=94_000_000,
+                  busbw_gbps=1.5, nvlink_busbw_gbps=1.5, gpus_per_node=2, overlap=0.0)
+    values.update(changes)
+    return Scenario(**values)
+
+
+def test_strong_scaling_splits_the_global_batch():
+    projection = project(cpu_sweep(global_batch=16), gpus=(1, 2))
+    one, two = projection.point(1), projection.point(2)
+    compute_1 = 16 / 82.68
+    compute_2 = 8 / 82.68  # the global batch of 16 split over 2 ranks
+    ring = 2 * (2 - 1) / 2 * 94_000_000 / 1.5e9
+    assert (one.batch, two.batch) == (16, 8)
+    assert one.step_ms == pytest.approx(compute_1 * 1e3) and one.allreduce_ms == 0.0
+    assert two.compute_ms == pytest.approx(compute_2 * 1e3)
+    assert two.step_ms == pytest.approx((compute_2 + ring) * 1e3)
+    # The sweep trains 16 samples per step at both scales.
+    assert two.samples_per_second == pytest.approx(16 / (compute_2 + ring))
+    assert two.efficiency == pytest.approx((16 / (compute_2 + ring)) / (82.68 * 2))
+    # Weak-scaling arithmetic (2 x 16 samples per step) would claim far more: c / (c + t) > c / (c + 2t).
+    assert two.efficiency == pytest.approx(compute_1 / (compute_1 + 2 * ring))
+    assert two.efficiency < compute_1 / (compute_1 + ring) - 0.1
+
+
+def test_weak_scaling_keeps_the_per_gpu_batch():
+    projection = project(cpu_sweep(), gpus=(1, 2, 4))
+    compute = 16 / 82.68
+    for gpus in (2, 4):
+        ring = 2 * (gpus - 1) / gpus * 94_000_000 / 1.5e9
+        point = projection.point(gpus)
+        assert point.batch == 16 and point.compute_ms == pytest.approx(compute * 1e3)
+        assert point.samples_per_second == pytest.approx(gpus * 16 / (compute + ring))
+        assert point.efficiency == pytest.approx(compute / (compute + ring))
+
+
+def test_strong_scaling_of_the_closed_presets():
+    # 3264 images: 408, 204 and 102 per GPU at 8, 16 and 32 GPUs.
+    projection = project(resnet(per_gpu_batch=408, global_batch=3264), gpus=(8, 16, 32))
+    assert [p.batch for p in projection.points] == [408, 204, 102]
+    for point in projection.points:
+        ring = ring_allreduce_seconds(RESNET_FP32, point.gpus, point.bandwidth_gbps)
+        assert point.step_ms == pytest.approx((point.batch / 2400 + ring) * 1e3)
+        assert point.samples_per_second == pytest.approx(3264 / (point.batch / 2400 + ring))
+
+
+def test_the_formula_names_the_batch_rule():
+    strong = scaling.formula(cpu_sweep(global_batch=16))
+    assert strong[0] == "b(N) = 16 / N (strong scaling: fixed global batch)"
+    assert "S = 94,000,000 bytes" in strong[2] and "no latency term" in strong[2]
+    assert scaling.formula(cpu_sweep())[0] == "b(N) = 16 (weak scaling: fixed per-GPU batch)"
+    with pytest.raises(ValueError, match="global_batch"):
+        project(cpu_sweep(global_batch=-1))
+
+
+# ---- the plateau of a measured busbw curve ----
+
+def curve(pairs):
+    return [{"bytes": nbytes, "busbw_gbps": busbw} for nbytes, busbw in pairs]
+
+
+def test_a_latency_floor_never_reaches_a_plateau():
+    # ~1.1 ms at every size from 1 KiB to 1 MiB: busbw doubles with each size.
+    rows = curve((1 << k, (1 << k) / 1.1e-3 / 1e9) for k in range(10, 21))
+    found = scaling.plateau(rows)
+    assert not found.reached and found.sizes == (1 << 20,)
+    assert found.busbw_gbps == rows[-1]["busbw_gbps"] and found.rise == pytest.approx(1.0)
+    assert scaling.max_bytes_for(94_000_000, 1 << 20) == 128 << 20
+
+
+def test_a_flat_top_is_the_plateau():
+    rows = curve([(1 << 20, 0.4), (4 << 20, 1.2), (16 << 20, 1.9), (64 << 20, 2.0), (256 << 20, 2.05)])
+    found = scaling.plateau(rows)
+    assert found.reached and found.sizes == (16 << 20, 64 << 20, 256 << 20)
+    assert found.busbw_gbps == 2.0 and found.largest_bytes == 256 << 20
+    # One rank moves nothing over a link: no plateau to read.
+    assert scaling.plateau(curve([(1024, 0.0), (2048, 0.0)])) is None
+
+
+def test_cli_projects_strong_scaling_at_a_global_batch():
+    result = run([sys.executable, "-m", "suite.cluster.scaling", "--per-gpu-throughput", "2400",
+                  "--per-gpu-batch", "408", "--global-batch", "3264", "--busbw", "185", "--gpus", "8", "16"],
+                 timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "strong scaling at global batch 3264" in result.stdout
+    expected = project(resnet(per_gpu_batch=408, global_batch=3264), gpus=(8, 16)).point(16)
+    assert f"| {expected.samples_per_second:,.0f} |" in result.stdout

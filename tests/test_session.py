@@ -55,3 +55,14 @@ def test_a_resumed_run_is_open_division_and_says_why():
     assert (fresh.name, fresh.reasons) == ("closed", ())
     poisoned = session.division_of_run(Division("closed"), CommonConfig(poison_weights_at_step=3))
     assert poisoned.name == "open" and "poison_weights_at_step" in poisoned.reasons[0]
+
+
+def test_summary_records_the_gradient_of_the_trained_model():
+    import tensorflow as tf
+    # 4 -> 3 dense (12 weights + 3 biases) and a frozen 3 -> 2 layer that sends no gradient.
+    frozen = tf.keras.layers.Dense(2, trainable=False)
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3), frozen])
+    assert session.gradient_record(model, fp16_allreduce=False) == {
+        "trainable_parameters": 15, "allreduce_dtype": "float32", "gradient_bytes": 60}
+    assert session.gradient_record(model, fp16_allreduce=True) == {
+        "trainable_parameters": 15, "allreduce_dtype": "float16", "gradient_bytes": 30}

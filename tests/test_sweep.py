@@ -568,6 +568,13 @@ def test_report_of_the_sweep(swept):
             start, stop = events["run_start"]["time_ms"], events["run_stop"]["time_ms"]
             assert f"| {start} | {stop} | {minutes:.4f} |" in text
     assert (report / "allreduce.png").exists() and "Projected beside measured" in text
+    # The projection sizes the allreduce from the model the runs trained (2 classes), not ResNet-50's 1,000.
+    from suite.cluster.scaling import RESNET50_PARAMS
+    recorded = read_json(swept.out / "runs" / SYSTEMS[0] / "run_0" / "summary.json")
+    assert recorded["gradient_bytes"] == 4 * recorded["trainable_parameters"] < 4 * RESNET50_PARAMS
+    assert f"S = {recorded['gradient_bytes']:,} bytes" in text
+    # The fixture's allreduce stops at 256K, far below the gradient: the report must say so at the top.
+    assert "WARNING: ALLREDUCE CURVE NEVER REACHED ITS PLATEAU" in text.split("\n## ", 1)[0]
 
 
 @pytest.mark.slow
@@ -619,3 +626,12 @@ def _truncate(path):
 
 def _snapshot(folder):
     return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_too_few_runs_are_warned_about():
+    assert sweep.too_few_runs("resnet", 5) is None and sweep.too_few_runs("bert", 12) is None
+    assert sweep.too_few_runs("unknown", 1) is None
+    warning = sweep.too_few_runs("resnet", 3)
+    assert warning.startswith("warning: 3 run(s) per scale, MLPerf requires 5 for resnet")
+    assert "found 3, expected 5" in warning
+    assert "requires 10 for bert" in sweep.too_few_runs("bert", 5)

@@ -1,10 +1,12 @@
 """`python -m suite.cluster.report SWEEP`: time to train, throughput, scaling, stragglers, allreduce."""
 import argparse
 import base64
+import dataclasses
 import html
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -12,17 +14,29 @@ from dataclasses import dataclass, field
 
 from suite.cluster import results, scaling
 from suite.cluster.results import LogError
+from suite.cluster.sweep import REQUIRED_RUNS
 
 MANIFEST = "sweep.json"
 REPORT_FILES = ("report.md", "report.html", "time_to_train.png", "throughput.png", "scaling.png",
                 "stragglers.png", "allreduce.png")
-# The model whose gradient size the projection uses, by MLPerf benchmark name.
-PROJECTION_MODEL = {"resnet": "resnet50", "bert": "bert-large"}
+# The aggregate of several runs' throughput and step times, everywhere in the report: robust to
+# the one run that shared the machine with something else.
+AGGREGATE = "median over runs"
+# A run's throughput rests on its timed steps (the first interval, with tracing and warm-up, is
+# left out); below this many the median step is a handful of samples, not a rate.
+MIN_TIMED_STEPS = 20
+SCALING_MODES = ("auto", "strong", "weak")
 
-OCI_BLOG = ("Oracle Cloud Infrastructure blog, \"MLPerf benchmark: multi-node ML training on OCI\" "
-            "(blogs.oracle.com/cloud-infrastructure/mlperf-benchmark-multi-node-ml-training-on-oci), "
-            "4x BM.GPU.GM4.8; the blog shows these times in a graph only: the values are as quoted from "
-            "it, not printed in the blog's text")
+OCI_BLOG_URL = ("https://blogs.oracle.com/cloud-infrastructure/post/"
+                "mlperf-benchmark-multi-node-ml-training-on-oci")
+OCI_BLOG = (f"Oracle Cloud Infrastructure blog, [\"MLPerf benchmark: multi-node ML training on OCI\"]"
+            f"({OCI_BLOG_URL}), 4x BM.GPU.GM4.8: the post gives these times only as points of its line graph "
+            f"(its text states no figures), so they are read off the graph and approximate")
+MLCOMMONS_TRAINING = "https://mlcommons.org/benchmarks/training/"
+RESULTS_V11 = ("https://github.com/mlcommons/training_results_v1.1/tree/main/NVIDIA/results/"
+               "dgxa100_ngc21.09_mxnet/resnet")
+RESULTS_V21 = ("https://github.com/mlcommons/training_results_v2.1/tree/main/NVIDIA/results/"
+               "dgxa100_ngc22.09_pytorch/bert")
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ class Reference:
     nodes: int
     minutes: float
     source: str
+    runs_ms: tuple = ()  # run_stop - run_start of each published log, when the row lists its runs
 
 
 REFERENCES = (
@@ -44,13 +59,19 @@ REFERENCES = (
               10.67, OCI_BLOG),
     Reference("resnet", "MLPerf Training v1.1 closed, NVIDIA DGX A100 80GB (MXNet 21.09), 8 GPUs", 8, 1,
               29.15,
-              "MLCommons training_results_v1.1, NVIDIA/results/dgxa100_ngc21.09_mxnet/resnet/result_*.txt: "
-              "olympic mean of run_stop - run_start (runs 28.90/29.13/29.15/29.15/29.16)"),
+              f"[MLCommons Training v1.1 results]({MLCOMMONS_TRAINING}); logs: [training_results_v1.1 "
+              f"NVIDIA/results/dgxa100_ngc21.09_mxnet/resnet/result_0..4.txt]({RESULTS_V11}): olympic mean "
+              f"of run_stop - run_start",
+              runs_ms=(1733744, 1747922, 1749323, 1749141, 1749773)),
     Reference("bert", "MLPerf Training v2.1 closed, NVIDIA dgxa100_ngc22.09_pytorch, 8x A100-80GB", 8, 1,
               16.88,
-              "MLCommons training_results_v2.1, NVIDIA/results/dgxa100_ngc22.09_pytorch/bert/result_*.txt: "
-              "olympic mean of run_stop - run_start"),
+              f"[MLCommons Training v2.1 results]({MLCOMMONS_TRAINING}); logs: [training_results_v2.1 "
+              f"NVIDIA/results/dgxa100_ngc22.09_pytorch/bert/result_0..9.txt]({RESULTS_V21}): olympic mean "
+              f"of run_stop - run_start",
+              runs_ms=(925828, 1049772, 987675, 1111603, 1050027, 1050194, 988610, 991607, 993042, 992503)),
 )
+# Published scaling, time-to-train ratios between two published rows: (smaller, larger).
+PUBLISHED_RATIOS = (("OCI BM.GPU.GM4.8, ResNet-50 v1.1: 1 node → 4 nodes", REFERENCES[0], REFERENCES[1]),)
 
 
 class ReportError(ValueError):
@@ -164,25 +185,47 @@ def time_to_train(scale):
     }
 
 
+def run_throughputs(scale):
+    """Per run with a summary.json throughput: (index, samples/s total, per rank, timed steps).
+
+    Timed steps are the fewest any rank timed (each rank's steady-state intervals); None when the
+    summary does not say.
+    """
+    found = []
+    for run in scale.runs:
+        summary = run.summary or {}
+        if not summary.get("samples_per_second_total"):
+            continue
+        steps = [rank.get("steps_timed") for rank in summary.get("ranks", [])]
+        steps = [s for s in steps if s is not None]
+        found.append((run.index, summary["samples_per_second_total"],
+                      summary.get("samples_per_second_per_rank"),
+                      min(steps) if steps else None))
+    return found
+
+
 def throughput(scale):
-    """(total, per rank) samples/s: the median over runs of summary.json's figures."""
-    summaries = [run.summary for run in scale.runs if run.summary]
-    return (median([s.get("samples_per_second_total") for s in summaries]),
-            median([s.get("samples_per_second_per_rank") for s in summaries]))
+    """The scale's throughput: the median over runs (total and per rank), its min-max and timed steps."""
+    found = run_throughputs(scale)
+    totals = [total for _, total, _, _ in found]
+    steps = [s for *_, s in found if s is not None]
+    return {"rate": median(totals), "per_rank": median([per_rank for _, _, per_rank, _ in found]),
+            "min": min(totals) if totals else None, "max": max(totals) if totals else None,
+            "runs": len(found), "steps_min": min(steps) if steps else None,
+            "steps_max": max(steps) if steps else None}
 
 
 def scaling_rows(scales):
     """Speed-up and efficiency against the smallest scale, from throughput and from the olympic means."""
     base = min(scales, key=lambda s: s.np)
-    base_rate, _ = throughput(base)
+    base_rate = throughput(base)["rate"]
     base_ttt = time_to_train(base)["olympic"]
     rows = []
     for scale in sorted(scales, key=lambda s: s.np):
-        rate, per_rank = throughput(scale)
+        rate = throughput(scale)
         ttt = time_to_train(scale)["olympic"]
-        speedup = rate / base_rate if rate and base_rate else None
-        rows.append({"system": scale.system, "np": scale.np, "nodes": scale.nodes, "rate": rate,
-                     "per_rank": per_rank, "speedup": speedup,
+        speedup = rate["rate"] / base_rate if rate["rate"] and base_rate else None
+        rows.append({"system": scale.system, "np": scale.np, "nodes": scale.nodes, **rate, "speedup": speedup,
                      "efficiency": speedup * base.np / scale.np if speedup else None,
                      "ttt_speedup": base_ttt / ttt if base_ttt and ttt else None})
     return rows
@@ -208,35 +251,175 @@ def stragglers(scale, threshold_pct):
     return rows
 
 
-def projection_rows(data):
-    """Projected (suite.cluster.scaling's ring model) beside measured throughput, or (None, why not)."""
-    model = PROJECTION_MODEL.get(data.benchmark)
-    measured = [s for s in data.scales if throughput(s)[0]]
-    if not model or not measured:
-        return None, f"no projection: no model size for {data.benchmark!r} or no measured throughput"
-    inter = _peak_busbw([s for s in data.scales if s.nodes > 1])
-    intra = _peak_busbw([s for s in data.scales if s.nodes == 1 and s.np > 1])
-    if not inter and not intra:
+def _batches(scale):
+    """{(global batch, per-rank batch)} the scale's runs trained with, from summary.json."""
+    return {(run.summary.get("global_batch_size"), run.summary.get("local_batch_size"))
+            for run in scale.runs if run.summary and run.summary.get("local_batch_size")}
+
+
+def scaling_mode(scales, asked="auto"):
+    """('strong' | 'weak', why): the experiment the runs were, unless --scaling names one."""
+    if asked != "auto":
+        return asked, f"{asked} scaling as asked (--scaling {asked})"
+    batches = set().union(*(_batches(s) for s in scales))
+    global_batches = {g for g, _ in batches}
+    local_batches = {b for _, b in batches}
+    if len(global_batches) == 1 and len(local_batches) > 1:
+        per_rank = ", ".join(map(str, sorted(local_batches)))
+        return "strong", (f"strong scaling: the runs kept the global batch at {global_batches.pop()} and "
+                          f"split it over the ranks (per-rank batch {per_rank})")
+    if len(local_batches) == 1 and len(global_batches) > 1:
+        return "weak", (f"weak scaling: the runs kept the per-rank batch at {local_batches.pop()} "
+                        f"(global batch {', '.join(map(str, sorted(global_batches)))})")
+    if len(batches) == 1:
+        return "strong", ("strong scaling: one batch size was measured, so the experiment is projected at "
+                          "its global batch (--scaling weak projects a fixed per-rank batch)")
+    return "strong", ("strong scaling at the smallest scale's global batch: the runs kept neither the "
+                      "global nor the per-rank batch fixed")
+
+
+def link_plateaus(data):
+    """{"network": (scale, Plateau), "one node": (scale, Plateau)}: each from its largest measured scale."""
+    found = {}
+    for link, chosen in (("network", lambda s: s.nodes > 1), ("one node", lambda s: s.nodes == 1)):
+        curves = [s for s in data.scales if chosen(s) and s.np > 1 and s.allreduce]
+        curves = [(s, scaling.plateau(s.allreduce.get("rows", []))) for s in curves]
+        curves = [(s, p) for s, p in curves if p]
+        if curves:
+            found[link] = max(curves, key=lambda pair: pair[0].np)
+    return found
+
+
+def _gradient(base):
+    """(bytes, dtype, parameters) of the trained model, as its runs recorded them; None if they did not."""
+    for run in base.runs:
+        summary = run.summary or {}
+        if summary.get("gradient_bytes"):
+            return (summary["gradient_bytes"], summary.get("allreduce_dtype"),
+                    summary.get("trainable_parameters"))
+    return None
+
+
+@dataclass(frozen=True)
+class ProjectionInputs:
+    scenario: scaling.Scenario
+    mode_reason: str
+    plateaus: dict  # as link_plateaus
+    gradient: tuple  # (bytes, dtype, parameters)
+    base: ScaleData
+    compute_note: str  # how X, the compute-only rate, came from the base scale's measurement
+
+
+def projection_inputs(data, asked="auto"):
+    """(ProjectionInputs, None) for the experiment this sweep ran, or (None, why there is no projection)."""
+    measured = [s for s in data.scales if throughput(s)["rate"]]
+    if not measured:
+        return None, "no projection: no run recorded its throughput"
+    base = min(measured, key=lambda s: s.np)
+    gradient = _gradient(base)
+    if not gradient:
+        return None, ("no projection: the runs' summary.json does not record the trained model's gradient "
+                      "bytes (runs of an older suite); rerun the sweep")
+    plateaus = link_plateaus(data)
+    if not plateaus:
         return None, ("no projection: this sweep has no allreduce measurement on more than one rank "
                       "(python -m suite.cluster.sweep --allreduce)")
-    base = min(measured, key=lambda s: s.np)
-    fp16 = bool((base.runs[0].config or {}).get("config", {}).get("fp16_allreduce"))
-    batch = base.runs[0].summary.get("local_batch_size") if base.runs[0].summary else None
+    batches = sorted(_batches(base), key=str)
+    if not batches or None in batches[0]:
+        return None, f"no projection: the runs of {base.system} do not record their global and per-rank batch"
+    mode, why = scaling_mode(measured, asked)
+    global_batch, per_rank = batches[0]
+    inter = plateaus.get("network", plateaus.get("one node"))[1].busbw_gbps
+    intra = plateaus.get("one node", plateaus.get("network"))[1].busbw_gbps
     scenario = scaling.Scenario(
-        model=model, per_gpu_throughput=throughput(base)[1], per_gpu_batch=int(batch or 1),
-        gradient_bytes=scaling.gradient_bytes(scaling.MODEL_PARAMS[model], fp16),
-        busbw_gbps=inter or intra, nvlink_busbw_gbps=intra or inter,
-        gpus_per_node=max(s.ranks_per_node for s in data.scales), overlap=0.0)
-    rows = [{"gpus": s.np, "samples_per_second": run.summary["samples_per_second_total"]}
-            for s in measured for run in s.runs if run.summary]
-    projection = scaling.project(scenario, sorted({s.np for s in data.scales}))
-    return (scenario, scaling.beside_measured(projection, rows)), None
+        model=data.benchmark, per_gpu_throughput=throughput(base)["per_rank"], per_gpu_batch=int(per_rank),
+        gradient_bytes=int(gradient[0]), busbw_gbps=inter, nvlink_busbw_gbps=intra,
+        gpus_per_node=max(s.ranks_per_node for s in data.scales), overlap=0.0,
+        global_batch=int(global_batch) if mode == "strong" else 0)
+    scenario, compute_note = _compute_only(scenario, base)
+    return ProjectionInputs(scenario, why, plateaus, gradient, base, compute_note), None
 
 
-def _peak_busbw(scales):
-    values = [s.allreduce.get("peak_busbw_gbps") for s in scales if s.allreduce]
-    values = [v for v in values if v]
-    return max(values) if values else None
+def _compute_only(scenario, base):
+    """(scenario, how X was found): X is compute only, so the base scale's own allreduce comes out.
+
+    The model assumes no overlap, so the base's measured step b0 / X_measured is its compute plus
+    its ring allreduce; without taking that out, the allreduce would count twice at every scale.
+    """
+    measured = scenario.per_gpu_throughput
+    if base.np == 1:
+        return scenario, (f"X is the one-process rate of {base.system} ({measured:.4g} samples/s): no "
+                          f"allreduce in it.")
+    step = scenario.per_gpu_batch / measured
+    allreduce = scaling.ring_allreduce_seconds(scenario.gradient_bytes, base.np,
+                                               scaling.link_for(scenario, base.np)[1])
+    if allreduce >= step:
+        return scenario, (f"X is {base.system}'s measured per-rank rate ({measured:.4g} samples/s), "
+                          f"allreduce included: the modelled allreduce ({allreduce * 1e3:.3f} ms) is longer "
+                          f"than the measured step ({step * 1e3:.3f} ms), so the two cannot be told apart.")
+    compute = dataclasses.replace(scenario, per_gpu_throughput=scenario.per_gpu_batch / (step - allreduce))
+    return compute, (f"X = b0 / (b0 / X_measured − allreduce(N0)) = {scenario.per_gpu_batch} / "
+                     f"({step * 1e3:.3f} ms − {allreduce * 1e3:.3f} ms): {base.system}'s measured per-rank "
+                     f"rate ({measured:.4g} samples/s) with its own allreduce taken out.")
+
+
+def projection_rows(data, asked="auto"):
+    """((inputs, projection, rows beside measured), None), or (None, why there is no projection)."""
+    inputs, why = projection_inputs(data, asked)
+    if inputs is None:
+        return None, why
+    measured = [s for s in data.scales if throughput(s)["rate"]]
+    rows = [{"gpus": s.np, "samples_per_second": total}
+            for s in measured for _, total, _, _ in run_throughputs(s)]
+    scales = sorted({s.np for s in data.scales})
+    projection = scaling.project(inputs.scenario, scales)
+    return (inputs, projection, scaling.beside_measured(projection, rows)), None
+
+
+# ---- banners: what makes the figures below unfit for their obvious use ----
+
+def banners(data, asked="auto"):
+    """Loud warnings for the top of the report, one string each."""
+    found = []
+    required = REQUIRED_RUNS.get(data.benchmark)
+    short = [s for s in data.scales if required and len(s.runs) < required]
+    if short:
+        counts = ", ".join(f"{s.system} {len(s.runs)}" for s in short)
+        found.append(f"NOT VALID FOR SUBMISSION: MLPerf requires {required} runs per system for "
+                     f"{data.benchmark}; this sweep has {counts}. Those olympic means are not MLPerf "
+                     f"scores, and mlperf_logging.package_checker fails the folder "
+                     f"(\"found {len(short[0].runs)}, expected {required}\").")
+    thin = {s.system: [(index, steps) for index, _, _, steps in run_throughputs(s)
+                       if steps is not None and steps < MIN_TIMED_STEPS] for s in data.scales}
+    thin = {name: found_runs for name, found_runs in thin.items() if found_runs}
+    if thin:
+        runs = "; ".join(f"{name} run(s) {', '.join(str(i) for i, _ in found_runs)}: "
+                         f"{_steps(min(n for _, n in found_runs), max(n for _, n in found_runs))} steps"
+                         for name, found_runs in thin.items())
+        count = sum(len(found_runs) for found_runs in thin.values())
+        found.append(f"THROUGHPUT FROM TOO FEW STEPS: {count} run(s) timed fewer than {MIN_TIMED_STEPS} "
+                     f"steps ({runs}). Their samples/s, the speed-ups and the projection built on them are "
+                     f"noise-level; train longer (more steps per run) before reading them.")
+    inputs, _ = projection_inputs(data, asked)
+    for link, (scale, plateau) in sorted((inputs.plateaus if inputs else {}).items()):
+        if not plateau.reached:
+            found.append(f"ALLREDUCE CURVE NEVER REACHED ITS PLATEAU ({scale.system}): "
+                         + _no_plateau(plateau, inputs.gradient[0]))
+    return found
+
+
+def _no_plateau(plateau, gradient_bytes):
+    used = f"The projection uses the largest size's {plateau.busbw_gbps:.3f} GB/s"
+    if plateau.rise >= 0:
+        shape = (f"bus bandwidth still rose {100 * plateau.rise:.0f}% between the two largest sizes (up to "
+                 f"{_size(plateau.largest_bytes)}), so those times are per-message latency, not bandwidth. "
+                 f"{used}, a lower bound: its allreduce times are upper bounds.")
+    else:
+        shape = (f"bus bandwidth fell {100 * -plateau.rise:.0f}% between the two largest sizes (up to "
+                 f"{_size(plateau.largest_bytes)}): the end of the curve is noise, not a plateau. {used}.")
+    return (f"{shape} Rerun the sweep with --allreduce-args \"--max-bytes "
+            f"{_size(scaling.max_bytes_for(gradient_bytes, plateau.largest_bytes))}\" (at least the "
+            f"{gradient_bytes / 1e6:.1f} MB gradient).")
 
 
 # ---- the document: blocks rendered as Markdown and as HTML ----
@@ -247,19 +430,22 @@ def _fmt(value, spec):
     return format(value, spec)
 
 
-def build_document(data, threshold_pct, images):
-    """A list of blocks: ("h1"|"h2"|"p", text), ("table", header, rows), ("img", file, caption)."""
-    doc = [("h1", f"Scaling report: {data.benchmark}, {len(data.scales)} scale(s)"),
-           ("p", f"Sweep folder {os.path.abspath(data.folder)}; submitter {data.submitter}; cluster profile "
-                 f"{data.profile}. Every figure below is measured on this sweep unless its column or "
-                 f"row says projected or published.")]
+def build_document(data, threshold_pct, images, scaling_mode="auto"):
+    """Blocks: ("h1"|"h2"|"p"|"banner"|"code", text), ("table", header, rows), ("img", file, caption)."""
+    doc = [("h1", f"Scaling report: {data.benchmark}, {len(data.scales)} scale(s)")]
+    doc += [("banner", text) for text in banners(data, scaling_mode)]
+    doc += [("p", f"Sweep folder {os.path.abspath(data.folder)}; submitter {data.submitter}; cluster profile "
+                  f"{data.profile}. Every figure below is measured on this sweep unless its column or "
+                  f"row says projected or published. Throughput and step times aggregate several runs "
+                  f"one way throughout: the {AGGREGATE}, with the min–max over runs beside it; time to "
+                  f"train is MLPerf's olympic mean.")]
     doc += _ttt_section(data, images)
     doc += _runs_section(data)
     doc += _throughput_section(data, images)
     doc += _straggler_section(data, threshold_pct, images)
     doc += _network_section(data)
     doc += _allreduce_section(data, images)
-    doc += _projection_section(data)
+    doc += _projection_section(data, scaling_mode)
     doc += _reference_section(data)
     return doc
 
@@ -300,18 +486,32 @@ def _runs_section(data):
 
 
 def _throughput_section(data, images):
-    header = ["system", "processes", "nodes", "throughput (samples/s, total)", "per rank (samples/s)",
-              "speed-up (throughput)", "scaling efficiency (throughput)", "speed-up (olympic time to train)"]
-    rows = [[r["system"], str(r["np"]), str(r["nodes"]), _fmt(r["rate"], ",.2f"), _fmt(r["per_rank"], ",.2f"),
+    header = ["system", "processes", "nodes", f"throughput (samples/s, total; {AGGREGATE})",
+              "min–max over runs (samples/s)", f"per rank (samples/s; {AGGREGATE})", "runs",
+              "timed steps per run (min–max)", "speed-up (throughput)", "scaling efficiency (throughput)",
+              "speed-up (olympic time to train)"]
+    rows = [[r["system"], str(r["np"]), str(r["nodes"]), _fmt(r["rate"], ",.2f"), _spread(r["min"], r["max"]),
+             _fmt(r["per_rank"], ",.2f"), str(r["runs"]), _steps(r["steps_min"], r["steps_max"]),
              _fmt(r["speedup"], ".3f"), _pct(r["efficiency"]), _fmt(r["ttt_speedup"], ".3f")]
             for r in scaling_rows(data.scales)]
     return [("h2", "Throughput and scaling (measured)"),
-            ("p", "Throughput is the median over runs of summary.json's training samples/s (steady state: "
-                  "the first timing interval, with tracing and warm-up, is left out; evaluation is not "
-                  "training time). Speed-up and efficiency are against the smallest scale; efficiency = "
-                  "speed-up × smallest processes / processes."),
+            ("p", f"Throughput is the {AGGREGATE} of summary.json's training samples/s (steady state: the "
+                  f"first timing interval, with tracing and warm-up, is left out; evaluation is not training "
+                  f"time). Timed steps are the steps behind each run's figure (the fewest any rank timed); "
+                  f"under {MIN_TIMED_STEPS} the figure is flagged at the top. Speed-up and efficiency are "
+                  f"against the smallest scale; efficiency = speed-up × smallest processes / processes."),
             ("table", header, rows), *_image(images, "throughput.png", "Throughput, total and per rank"),
-            *_image(images, "scaling.png", "Speed-up and efficiency: measured, ideal, projected, published")]
+            *_image(images, "scaling.png", "Speed-up and efficiency: measured, ideal and projected")]
+
+
+def _spread(low, high):
+    return "—" if low is None else f"{low:,.2f}–{high:,.2f}"
+
+
+def _steps(low, high):
+    if low is None:
+        return "—"
+    return str(low) if low == high else f"{low}–{high}"
 
 
 def _straggler_section(data, threshold_pct, images):
@@ -378,12 +578,21 @@ def _ranks(ranks):
     return ", ".join(str(r) for r in ranks[:8]) + (" ..." if len(ranks) > 8 else "")
 
 
+def _allreduce_curves(data):
+    """Scales whose allreduce moved bytes between ranks: a one-rank curve is 0 by definition."""
+    return [s for s in data.scales if s.allreduce and s.allreduce.get("rows")
+            and (s.allreduce.get("world_size") or s.np) > 1]
+
+
 def _allreduce_section(data, images):
-    measured = [s for s in data.scales if s.allreduce]
+    measured = _allreduce_curves(data)
+    single = [s.system for s in data.scales if s.allreduce and s not in measured]
+    alone = (f" {', '.join(single)}: one process, so nothing crosses a link (busbw is 0 by definition); "
+             f"its curve is left out." if single else "")
     if not measured:
         return [("h2", "Allreduce bandwidth"),
-                ("p", "Not measured in this sweep (python -m suite.cluster.sweep --allreduce runs it once "
-                      "a scale).")]
+                ("p", "Not measured on more than one rank in this sweep (python -m suite.cluster.sweep "
+                      "--allreduce runs it once a scale)." + alone)]
     header = ["system", "ranks", "hosts", "size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)"]
     rows = [[s.system, str(s.allreduce.get("world_size")), str(s.allreduce.get("hosts_count")),
              _size(row["bytes"]), str(row["bytes"]), f"{row['time_us']:.1f}", f"{row['algbw_gbps']:.3f}",
@@ -392,8 +601,7 @@ def _allreduce_section(data, images):
                 f"{_verdict(s.allreduce)}" for s in measured]
     return [("h2", "Allreduce bandwidth (measured)"),
             ("p", "suite.train.allreduce on each scale's job: time is the median over iterations of the "
-                  "slowest "
-                  "rank; busbw = algbw × 2(n−1)/n (0 on one rank). " + " ".join(verdicts)),
+                  "slowest rank; busbw = algbw × 2(n−1)/n. " + " ".join(verdicts) + alone),
             ("table", header, rows), *_image(images, "allreduce.png", "Allreduce bus bandwidth per size")]
 
 
@@ -410,23 +618,58 @@ def _size(nbytes):
     return format_size(nbytes)
 
 
-def _projection_section(data):
-    found, why = projection_rows(data)
+def _projection_section(data, scaling_mode):
+    found, why = projection_rows(data, scaling_mode)
     if found is None:
         return [("h2", "Projected beside measured"), ("p", why + ".")]
-    scenario, rows = found
-    header = ["processes", "projected throughput (samples/s)", "measured throughput (samples/s, mean)",
+    inputs, projection, rows = found
+    header = ["processes", "per-rank batch (the sweep's)", "projected compute (ms)",
+              "projected allreduce (ms)",
+              "projected throughput (samples/s)", f"measured throughput (samples/s, {AGGREGATE})",
               "measured runs", "projected efficiency", "measured efficiency", "measured / projected"]
-    body = [[str(r.gpus), _fmt(r.projected_samples_per_second, ",.2f"),
+    points = {p.gpus: p for p in projection.points}
+    body = [[str(r.gpus), f"{points[r.gpus].batch:g}", f"{points[r.gpus].compute_ms:.2f}",
+             f"{points[r.gpus].allreduce_ms:.3f}", _fmt(r.projected_samples_per_second, ",.2f"),
              _fmt(r.measured_samples_per_second, ",.2f"), str(r.measured_runs),
              _pct(r.projected_efficiency), _pct(r.measured_efficiency),
              _fmt(r.measured_over_projected, ".2f")] for r in rows]
+    nbytes, dtype, params = inputs.gradient
     return [("h2", "Projected beside measured"),
-            ("p", "PROJECTED figures come from suite.cluster.scaling's ring-allreduce model, not from runs: "
-                  f"{scaling.describe(scenario)}. Its inputs are measured here: the per-rank throughput of "
-                  "the smallest scale and the allreduce peak bus bandwidth. Every projected column says so; "
-                  "the measured columns are the same runs as above (mean over runs)."),
+            ("p", f"PROJECTED figures come from suite.cluster.scaling's ring-allreduce model, not from runs. "
+                  f"It models the experiment this sweep ran: {inputs.mode_reason}. Its inputs are measured "
+                  f"here: the per-rank throughput of the smallest scale ({inputs.base.system}, {AGGREGATE}), "
+                  f"the trained model's gradient ({params:,} trainable parameters × {dtype} = {nbytes:,} "
+                  f"bytes, from summary.json) and the plateau bus bandwidth of the allreduce curve; "
+                  f"{inputs.scenario.gpus_per_node} ranks per node, no overlap. The formula:"),
+            ("code", "\n".join(scaling.formula(inputs.scenario))),
+            ("p", inputs.compute_note),
+            ("p", " ".join([_plateau_text(link, scale, plateau, nbytes)
+                            for link, (scale, plateau) in sorted(inputs.plateaus.items())]
+                           + _stand_in(data, inputs))),
+            ("p", f"Every projected column says so; the measured columns are the same runs as above "
+                  f"({AGGREGATE})."),
             ("table", header, body)]
+
+
+def _stand_in(data, inputs):
+    """A sentence when one link's bandwidth stands in for the other's, which nothing measured."""
+    gpus_per_node = inputs.scenario.gpus_per_node
+    if "network" not in inputs.plateaus and any(s.np > gpus_per_node for s in data.scales):
+        return ["No allreduce was measured across nodes: the one-node plateau stands in for the network, "
+                "so the projection beyond one node is optimistic."]
+    if "one node" not in inputs.plateaus and any(1 < s.np <= gpus_per_node for s in data.scales):
+        return ["No allreduce was measured inside one node: the network plateau stands in for it, so the "
+                "projection inside a node is pessimistic."]
+    return []
+
+
+def _plateau_text(link, scale, plateau, gradient_bytes):
+    where = "across nodes" if link == "network" else "inside a node"
+    if not plateau.reached:
+        return f"Bandwidth {where}, from {scale.system}: NO PLATEAU: " + _no_plateau(plateau, gradient_bytes)
+    return (f"Bandwidth {where}, from {scale.system}: busbw is flat within "
+            f"{100 * scaling.PLATEAU_TOLERANCE:g}% of the largest size's from {_size(plateau.sizes[0])} to "
+            f"{_size(plateau.sizes[-1])}; the plateau is their median, {plateau.busbw_gbps:.3f} GB/s.")
 
 
 def _pct(fraction):
@@ -434,16 +677,28 @@ def _pct(fraction):
 
 
 def _reference_section(data):
-    header = ["benchmark", "published system", "GPUs", "nodes", "time to train (min)", "source"]
-    rows = [[r.benchmark, r.system, str(r.gpus), str(r.nodes), f"{r.minutes:g}", r.source]
+    header = ["benchmark", "published system", "GPUs", "nodes", "time to train (min)",
+              "runs (min, run_stop − run_start)", "source"]
+    rows = [[r.benchmark, r.system, str(r.gpus), str(r.nodes), f"{r.minutes:g}", _published_runs(r), r.source]
             for r in REFERENCES]
-    ratio = REFERENCES[0].minutes / REFERENCES[1].minutes
+    ratio_header = ["published pair", "GPUs", "time-to-train ratio", "efficiency (ratio / GPU factor)",
+                    "source"]
+    ratios = [[label, f"{small.gpus} → {large.gpus}",
+               f"{small.minutes:g} / {large.minutes:g} = {small.minutes / large.minutes:.2f}x",
+               _pct(small.minutes / large.minutes * small.gpus / large.gpus), large.source]
+              for label, small, large in PUBLISHED_RATIOS]
     return [("h2", "Published results (reference, not measured here)"),
             ("p", f"Reference rows for the benchmarks this suite runs; this sweep ran {data.benchmark}. "
-                  f"Published ResNet-50 scaling on OCI from 1 to 4 nodes: {REFERENCES[0].minutes:g} / "
-                  f"{REFERENCES[1].minutes:g} = {ratio:.2f}x on 4x the GPUs ({100 * ratio / 4:.0f}% "
-                  f"efficiency)."),
-            ("table", header, rows)]
+                  f"A row that lists its runs gives each run's time to 4 decimals; its time to train is "
+                  f"their olympic mean."),
+            ("table", header, rows),
+            ("p", "Published scaling is a ratio of times to train on GPUs, a different experiment from this "
+                  "sweep's throughput: it stays in its own table, off the measured plots."),
+            ("table", ratio_header, ratios)]
+
+
+def _published_runs(reference):
+    return ", ".join(f"{ms / 60000:.4f}" for ms in reference.runs_ms) or "not listed"
 
 
 def _image(images, name, caption):
@@ -458,6 +713,10 @@ def render_markdown(doc):
             out.append(("#" if kind == "h1" else "##") + " " + block[1])
         elif kind == "p":
             out.append(block[1])
+        elif kind == "banner":
+            out.append(f"> **WARNING: {block[1]}**")
+        elif kind == "code":
+            out.append(f"```\n{block[1]}\n```")
         elif kind == "table":
             cells = lambda row: "| " + " | ".join(c.replace("|", "\\|") for c in row) + " |"  # noqa: E731
             out.append("\n".join([cells(block[1]), "|" + "---|" * len(block[1]), *map(cells, block[2])]))
@@ -472,10 +731,14 @@ def render_html(doc, folder):
     for block in doc:
         kind = block[0]
         if kind in ("h1", "h2", "p"):
-            body.append(f"<{kind}>{html.escape(block[1])}</{kind}>")
+            body.append(f"<{kind}>{_inline(block[1])}</{kind}>")
+        elif kind == "banner":
+            body.append(f'<div class="banner"><strong>WARNING:</strong> {_inline(block[1])}</div>')
+        elif kind == "code":
+            body.append(f"<pre>{html.escape(block[1])}</pre>")
         elif kind == "table":
             head = "".join(f"<th>{html.escape(c)}</th>" for c in block[1])
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>"
                            for row in block[2])
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif kind == "img":
@@ -484,15 +747,26 @@ def render_html(doc, folder):
             body.append(f'<figure><img alt="{html.escape(block[2])}" src="data:image/png;base64,{encoded}">'
                         f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
     style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;"
-             "margin:1em 0}td,th{border:1px solid #999;padding:3px 6px;font-size:90%}img{max-width:100%}")
+             "margin:1em 0}td,th{border:1px solid #999;padding:3px 6px;font-size:90%}img{max-width:100%}"
+             ".banner{border:3px solid #c00;background:#fee;color:#700;padding:8px 12px;margin:8px 0}"
+             "pre{background:#f4f4f4;padding:8px}")
     title = html.escape(doc[0][1])
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
             f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
+MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\((https?://[^)\s]+)\)")
+
+
+def _inline(text):
+    """Escaped text with its Markdown links as <a> elements."""
+    escaped = html.escape(text, quote=False)
+    return MARKDOWN_LINK.sub(lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', escaped)
+
+
 # ---- plots ----
 
-def make_plots(data, folder, threshold_pct):
+def make_plots(data, folder, threshold_pct, scaling_mode="auto"):
     """Writes the PNGs into folder; returns the names written."""
     import matplotlib
     matplotlib.use("Agg")
@@ -501,7 +775,7 @@ def make_plots(data, folder, threshold_pct):
     for name, draw in (("time_to_train.png", _plot_ttt), ("throughput.png", _plot_throughput),
                        ("scaling.png", _plot_scaling), ("stragglers.png", _plot_stragglers),
                        ("allreduce.png", _plot_allreduce)):
-        figure = draw(plt, data, threshold_pct)
+        figure = draw(plt, data, threshold_pct, scaling_mode)
         if figure is not None:
             figure.savefig(os.path.join(folder, name), dpi=100)
             plt.close(figure)
@@ -509,36 +783,52 @@ def make_plots(data, folder, threshold_pct):
     return written
 
 
-def _plot_ttt(plt, data, threshold_pct):
+def _plot_ttt(plt, data, threshold_pct, scaling_mode):
     figure, axes = plt.subplots(figsize=(7, 4.5))
+    top = max((run.log.minutes for scale in data.scales for run in scale.runs), default=1.0)
+    labelled = set()
+
+    def label(text):
+        """The legend text the first time a kind of mark is drawn; matplotlib leaves "_..." out."""
+        first = text not in labelled
+        labelled.add(text)
+        return text if first else "_" + text
+
     for scale in data.scales:
         t = time_to_train(scale)
         for run in scale.runs:
-            axes.plot(scale.np, run.log.minutes, "o" if run.log.converged else "x", color="C0")
+            kind = "run (converged)" if run.log.converged else "run (not converged)"
+            axes.plot(scale.np, run.log.minutes, "o" if run.log.converged else "x", color="C0",
+                      label=label(kind))
         if t["olympic"] is not None:
-            axes.plot(scale.np, t["olympic"], "_", color="C3", markersize=30, mew=2)
+            axes.plot(scale.np, t["olympic"], "_", color="C3", markersize=30, mew=2,
+                      label=label("olympic mean (MLPerf)"))
+        elif scale.runs:
+            axes.annotate("unscored", (scale.np, 1.08 * top), ha="center", color="C3", fontsize=9)
+            axes.plot(scale.np, 1.04 * top, "v", color="C3",
+                      label=label("unscored (MLPerf: too few runs, or 2+ not converged)"))
         if t["olympic_all"] is not None:
-            axes.plot(scale.np, t["olympic_all"], "_", color="C2", markersize=22, mew=2)
-    axes.plot([], [], "o", color="C0", label="run (converged)")
-    axes.plot([], [], "x", color="C0", label="run (not converged)")
-    axes.plot([], [], "_", color="C3", mew=2, label="olympic mean (MLPerf)")
-    axes.plot([], [], "_", color="C2", mew=2, label="olympic mean of run times (status ignored)")
+            axes.plot(scale.np, t["olympic_all"], "_", color="C2", markersize=22, mew=2,
+                      label=label("olympic mean of run times (status ignored)"))
     _axes(axes, "processes", "minutes, run_start to run_stop", "Time to train (measured)", data)
-    axes.set_ylim(bottom=0)
+    axes.set_ylim(0, 1.15 * top)
     axes.legend(fontsize=8)
     return figure
 
 
-def _plot_throughput(plt, data, threshold_pct):
+def _plot_throughput(plt, data, threshold_pct, scaling_mode):
     rows = [r for r in scaling_rows(data.scales) if r["rate"]]
     if not rows:
         return None
     figure, (total, per_rank) = plt.subplots(1, 2, figsize=(10, 4))
-    total.plot([r["np"] for r in rows], [r["rate"] for r in rows], "o-", label="measured")
+    total.errorbar([r["np"] for r in rows], [r["rate"] for r in rows],
+                   yerr=[[r["rate"] - r["min"] for r in rows], [r["max"] - r["rate"] for r in rows]],
+                   fmt="o-", capsize=4, label=f"measured ({AGGREGATE}; bars: min–max)")
     base = rows[0]
     total.plot([r["np"] for r in rows], [base["rate"] * r["np"] / base["np"] for r in rows], "k--", lw=1,
                label="ideal (linear from the smallest scale)")
-    per_rank.plot([r["np"] for r in rows], [r["per_rank"] for r in rows], "o-", color="C1", label="measured")
+    per_rank.plot([r["np"] for r in rows], [r["per_rank"] for r in rows], "o-", color="C1",
+                  label=f"measured ({AGGREGATE})")
     _axes(total, "processes", "samples/s", "Throughput, total (measured)", data)
     _axes(per_rank, "processes", "samples/s per rank", "Throughput per rank (measured)", data)
     total.legend(fontsize=8)
@@ -547,28 +837,27 @@ def _plot_throughput(plt, data, threshold_pct):
     return figure
 
 
-def _plot_scaling(plt, data, threshold_pct):
+def _plot_scaling(plt, data, threshold_pct, scaling_mode):
+    """Measured throughput scaling beside the ideal and the projection of the same experiment only."""
     rows = [r for r in scaling_rows(data.scales) if r["speedup"]]
     if not rows:
         return None
     base = rows[0]["np"]
     figure, (speed, eff) = plt.subplots(1, 2, figsize=(10, 4))
     factors = [r["np"] / base for r in rows]
-    speed.plot(factors, [r["speedup"] for r in rows], "o-", label="measured (throughput)")
-    top = max(factors + [REFERENCES[1].gpus / REFERENCES[0].gpus])
-    speed.plot([1, top], [1, top], "k--", lw=1, label="ideal")
-    ref = REFERENCES[0].minutes / REFERENCES[1].minutes
-    speed.plot([1, 4], [1, ref], "s:", color="C2", label="published: OCI 1 to 4 nodes (time to train)")
-    eff.plot(factors, [100 * r["efficiency"] for r in rows], "o-", label="measured (throughput)")
-    eff.plot([1, 4], [100, 100 * ref / 4], "s:", color="C2", label="published: OCI 1 to 4 nodes")
-    found, _ = projection_rows(data)
+    speed.plot(factors, [r["speedup"] for r in rows], "o-", label=f"measured (throughput, {AGGREGATE})")
+    speed.plot([1, max(factors)], [1, max(factors)], "k--", lw=1, label="ideal")
+    eff.plot(factors, [100 * r["efficiency"] for r in rows], "o-",
+             label=f"measured (throughput, {AGGREGATE})")
+    found, _ = projection_rows(data, scaling_mode)
     if found:
-        projected = [(r.gpus / base, r.projected_samples_per_second) for r in found[1] if r.gpus >= base]
+        projected = [(p.gpus / base, p.samples_per_second) for p in found[1].points if p.gpus >= base]
         rate0 = projected[0][1]
+        label = f"PROJECTED (ring model, {'strong' if found[0].scenario.strong else 'weak'} scaling)"
         speed.plot([p[0] for p in projected], [p[1] / rate0 for p in projected], "^--", color="C1",
-                   label="PROJECTED (ring model)")
+                   label=label)
         eff.plot([p[0] for p in projected], [100 * p[1] / rate0 / p[0] for p in projected], "^--", color="C1",
-                 label="PROJECTED (ring model)")
+                 label=label)
     speed.set(xlabel="scale factor (processes / smallest)", ylabel="speed-up", title="Speed-up")
     eff.set(xlabel="scale factor (processes / smallest)", ylabel="efficiency (%)", title="Scaling efficiency")
     eff.set_ylim(0, 110)
@@ -579,7 +868,7 @@ def _plot_scaling(plt, data, threshold_pct):
     return figure
 
 
-def _plot_stragglers(plt, data, threshold_pct):
+def _plot_stragglers(plt, data, threshold_pct, scaling_mode):
     scales = [(s, stragglers(s, threshold_pct)) for s in data.scales]
     scales = [(s, rows) for s, rows in scales if rows]
     if not scales:
@@ -600,8 +889,8 @@ def _plot_stragglers(plt, data, threshold_pct):
     return figure
 
 
-def _plot_allreduce(plt, data, threshold_pct):
-    measured = [s for s in data.scales if s.allreduce and s.allreduce.get("rows")]
+def _plot_allreduce(plt, data, threshold_pct, scaling_mode):
+    measured = _allreduce_curves(data)
     if not measured:
         return None
     figure, axes = plt.subplots(figsize=(7, 4.5))
@@ -626,7 +915,7 @@ def _axes(axes, xlabel, ylabel, title, data):
 
 # ---- writing, all or nothing ----
 
-def write_report(data, out, threshold_pct):
+def write_report(data, out, threshold_pct, scaling_mode="auto"):
     """Builds the whole report in a temporary folder beside `out`, then swaps it in."""
     _check_out(out)
     parent = os.path.dirname(os.path.abspath(out))
@@ -634,8 +923,8 @@ def write_report(data, out, threshold_pct):
     tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.tmp.{os.getpid()}")
     os.makedirs(tmp)
     try:
-        images = make_plots(data, tmp, threshold_pct)
-        doc = build_document(data, threshold_pct, images)
+        images = make_plots(data, tmp, threshold_pct, scaling_mode)
+        doc = build_document(data, threshold_pct, images, scaling_mode)
         _write_text(os.path.join(tmp, "report.md"), render_markdown(doc))
         _write_text(os.path.join(tmp, "report.html"), render_html(doc, tmp))
         _swap(tmp, out)
@@ -680,6 +969,9 @@ def build_parser():
     parser.add_argument("--straggler-threshold", type=float, default=10.0, metavar="PCT",
                         help="flag ranks whose p50 step time is more than PCT%% above the median rank's "
                              "(default 10)")
+    parser.add_argument("--scaling", choices=SCALING_MODES, default="auto",
+                        help="the experiment the projection models: strong (fixed global batch), weak (fixed "
+                             "per-rank batch) or auto (read from the runs' batch sizes; default)")
     return parser
 
 
@@ -689,7 +981,10 @@ def main(argv=None):
         if not (math.isfinite(args.straggler_threshold) and args.straggler_threshold >= 0):
             raise ReportError(f"--straggler-threshold {args.straggler_threshold} must be >= 0")
         data = load_sweep(args.sweep)
-        out = write_report(data, args.out or os.path.join(args.sweep, "report"), args.straggler_threshold)
+        out = write_report(data, args.out or os.path.join(args.sweep, "report"), args.straggler_threshold,
+                           args.scaling)
+        for text in banners(data, args.scaling):
+            print(f"WARNING: {text}", file=sys.stderr, flush=True)
     except (ReportError, LogError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2

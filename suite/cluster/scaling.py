@@ -3,13 +3,16 @@
 Pure Python (no TensorFlow), so the report generator and a laptop can use it. Sources are the
 digest ../shared/reference/horovod-nccl-rdma.md, sections 4 (measured busbw) and 5 (cost model).
 
-The model, per scale of N GPUs with a fixed per-GPU batch b (weak scaling):
+The model, per scale of N GPUs:
 
-    compute  = b / per-GPU throughput          (a communication-free, one-GPU figure)
-    t        = 2(N-1)/N * S / B                (ring allreduce of S gradient bytes)
+    b(N)     = G / N (strong scaling: the global batch G is fixed, as in the closed presets,
+               3264 = 8 x 408 = 16 x 204 = 32 x 102) or b0 (weak scaling: the per-GPU batch is fixed)
+    compute  = b(N) / X                        (X: per-GPU samples/s of compute alone at batch b0; the
+                                                time of one sample is taken as independent of the batch)
+    t        = 2(N-1)/N * S / B                (ring allreduce of S gradient bytes at bus bandwidth B)
     exposed  = max((1 - overlap) * t, t - compute)
     step     = compute + exposed
-    samples/s = N * b / step;  speed-up and efficiency against the smallest scale.
+    samples/s = N * b(N) / step;  speed-up and efficiency against the smallest scale.
 
 `overlap` is the share of the allreduce hidden behind backprop (Horovod starts reducing a
 layer's gradient while earlier layers are still being differentiated). It can hide at most the
@@ -24,20 +27,24 @@ What B is:
   is what nccl-tests report as busbw across nodes: 185 GB/s is OCI's pass mark for 2 A100
   nodes, 220.9 GB/s was measured with the full 16-HCA list (digest §4).
 - Using a busbw in the ring formula is exact by definition: nccl-tests define
-  busbw = algbw * 2(N-1)/N and algbw = S / t, so t = 2(N-1)/N * S / busbw.
+  busbw = algbw * 2(N-1)/N and algbw = S / t, so t = 2(N-1)/N * S / busbw. B must be the
+  plateau of a measured busbw curve (`plateau`): at small messages busbw only reflects the
+  per-message latency, and a B taken there makes a large gradient look far slower than it is.
 
-Left out, on purpose: per-message latency and Horovod's cycle time (small against the 1-14 ms
-transfers of these models), tensor-fusion passes (BERT-large fp32 needs about 11 of 128 MB),
-hierarchical allreduce, a per-GPU batch that shrinks with scale (the closed ResNet presets keep
-the global batch at 3264, so per-GPU batch and throughput fall at 32 GPUs), the input pipeline
-and stragglers. Measured efficiency far below the projection points at those, or at the network.
-Bandwidths are GB/s with GB = 1e9, as nccl-tests and suite.train.allreduce report them.
+Left out, on purpose: per-message latency and Horovod's cycle time (no latency term: small
+against the 1-14 ms transfers of these models at plateau bandwidth), tensor-fusion passes
+(BERT-large fp32 needs about 11 of 128 MB), hierarchical allreduce, a per-sample time that
+changes with the per-GPU batch, the input pipeline and stragglers. Measured efficiency far below
+the projection points at those, or at the network. Bandwidths are GB/s with GB = 1e9, as
+nccl-tests and suite.train.allreduce report them.
 
-    python -m suite.cluster.scaling --model resnet50 --per-gpu-throughput 2400 --per-gpu-batch 256 --busbw 185
+    python -m suite.cluster.scaling --model resnet50 --per-gpu-throughput 2400 --per-gpu-batch 408 \
+        --global-batch 3264 --busbw 185
 """
 import argparse
 import json
 import math
+import statistics
 import sys
 from dataclasses import asdict, dataclass
 
@@ -112,6 +119,15 @@ class Scenario:
     nvlink_busbw_gbps: float = NVLINK_BUSBW_GBPS  # bus bandwidth inside one node
     gpus_per_node: int = 8
     overlap: float = 0.0  # share of the allreduce hidden behind backprop
+    global_batch: int = 0  # > 0: strong scaling, per-GPU batch = global_batch / N; 0: weak scaling
+
+    @property
+    def strong(self):
+        return self.global_batch > 0
+
+    def batch_at(self, gpus):
+        """Per-GPU batch at this scale: the global batch split N ways, or the fixed per-GPU batch."""
+        return self.global_batch / gpus if self.strong else self.per_gpu_batch
 
     def validate(self):
         """Raises ValueError naming the first unusable field."""
@@ -125,6 +141,9 @@ class Scenario:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
         if not 0.0 <= self.overlap <= 1.0:
             raise ValueError(f"overlap must be between 0 and 1, not {self.overlap!r}")
+        if not (isinstance(self.global_batch, int) and self.global_batch >= 0):
+            raise ValueError(f"global_batch must be 0 (weak scaling) or a positive integer, not "
+                             f"{self.global_batch!r}")
         return self
 
 
@@ -134,6 +153,7 @@ class ScalePoint:
 
     gpus: int
     nodes: int
+    batch: float  # per-GPU batch at this scale
     link: str  # "none" (one GPU), "nvlink" (one node) or "network" (across nodes)
     bandwidth_gbps: float
     compute_ms: float
@@ -166,7 +186,7 @@ def link_for(scenario, gpus):
 def _step(scenario, gpus):
     """(nodes, link, bandwidth, compute, allreduce, exposed, step) in seconds for one scale."""
     link, bandwidth = link_for(scenario, gpus)
-    compute = scenario.per_gpu_batch / scenario.per_gpu_throughput
+    compute = scenario.batch_at(gpus) / scenario.per_gpu_throughput
     allreduce = ring_allreduce_seconds(scenario.gradient_bytes, gpus, bandwidth)
     # Overlap hides a share of the allreduce, but never more than the compute it runs behind.
     exposed = max((1.0 - scenario.overlap) * allreduce, allreduce - compute)
@@ -181,12 +201,13 @@ def project(scenario, gpus=(8, 16, 32)):
     if not scales or any(not isinstance(n, int) or n < 1 for n in scales):
         raise ValueError(f"GPU counts must be positive integers, not {list(gpus)!r}")
     base = scales[0]
-    base_rate = base * scenario.per_gpu_batch / _step(scenario, base)[-1]
+    base_rate = base * scenario.batch_at(base) / _step(scenario, base)[-1]
     points = []
     for n in scales:
         nodes, link, bandwidth, compute, allreduce, exposed, step = _step(scenario, n)
-        rate = n * scenario.per_gpu_batch / step
-        points.append(ScalePoint(gpus=n, nodes=nodes, link=link, bandwidth_gbps=bandwidth,
+        rate = n * scenario.batch_at(n) / step
+        points.append(ScalePoint(gpus=n, nodes=nodes, batch=scenario.batch_at(n), link=link,
+                                 bandwidth_gbps=bandwidth,
                                  compute_ms=compute * 1e3, allreduce_ms=allreduce * 1e3,
                                  exposed_ms=exposed * 1e3, step_ms=step * 1e3, samples_per_second=rate,
                                  speedup=rate / base_rate, efficiency=(rate / base_rate) * base / n))
@@ -196,11 +217,70 @@ def project(scenario, gpus=(8, 16, 32)):
 def describe(scenario):
     """One sentence of the inputs, for the line above a table."""
     params = MODEL_PARAMS.get(scenario.model)
-    width = {params * 2: " (fp16)", params * 4: " (fp32)"}.get(scenario.gradient_bytes, "")
-    return (f"{scenario.model}: {scenario.per_gpu_throughput:g} samples/s per GPU at batch "
+    width = {params * 2: " (fp16)", params * 4: " (fp32)"}.get(scenario.gradient_bytes, "") if params else ""
+    batch = (f"strong scaling at global batch {scenario.global_batch} "
+             f"(per-GPU batch {scenario.global_batch}/N)"
+             if scenario.strong else f"weak scaling at per-GPU batch {scenario.per_gpu_batch}")
+    return (f"{scenario.model}, {batch}: {scenario.per_gpu_throughput:g} samples/s per GPU measured at batch "
             f"{scenario.per_gpu_batch}, gradient {scenario.gradient_bytes / 1e6:.1f} MB{width}, busbw "
             f"{scenario.busbw_gbps:g} GB/s per node across nodes, {scenario.nvlink_busbw_gbps:g} GB/s inside "
             f"a node, {scenario.gpus_per_node} GPUs per node, overlap {scenario.overlap:g}")
+
+
+def formula(scenario):
+    """The model as the report prints it, with this scenario's batch rule."""
+    batch = (f"b(N) = {scenario.global_batch} / N (strong scaling: fixed global batch)" if scenario.strong
+             else f"b(N) = {scenario.per_gpu_batch} (weak scaling: fixed per-GPU batch)")
+    return [batch,
+            f"compute(N) = b(N) / X, X = {scenario.per_gpu_throughput:g} samples/s per GPU of compute at "
+            f"batch {scenario.per_gpu_batch}",
+            f"allreduce(N) = 2(N-1)/N × S / B, S = {scenario.gradient_bytes:,} bytes (ring; no latency "
+            f"term; 0 on one GPU)",
+            f"step(N) = compute(N) + max((1 - {scenario.overlap:g}) × allreduce(N), "
+            f"allreduce(N) - compute(N))",
+            "throughput(N) = N × b(N) / step(N); efficiency(N) = throughput(N) / (throughput(N0) × N / N0)"]
+
+
+# Two sizes' busbw within this share of each other count as flat: the plateau.
+PLATEAU_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """The bandwidth a large gradient sees, read off a measured busbw curve."""
+
+    reached: bool
+    busbw_gbps: float  # median busbw of the plateau sizes; if not reached, the largest size's busbw
+    sizes: tuple  # bytes of the sizes it rests on
+    largest_bytes: int
+    rise: float  # busbw of the largest size over the one before it, minus 1
+
+
+def plateau(rows, tolerance=PLATEAU_TOLERANCE):
+    """The plateau of a busbw curve: the largest sizes whose busbw is within `tolerance` of the largest's.
+
+    Reached when at least two sizes qualify. Otherwise busbw still climbs at the largest size (the
+    times are latency, not bandwidth), and the largest size's busbw is only a lower bound.
+    None for a curve with fewer than two sizes or no bus traffic (one rank).
+    """
+    rows = sorted((r for r in rows if r.get("busbw_gbps")), key=lambda r: r["bytes"])
+    if len(rows) < 2:
+        return None
+    top = rows[-1]["busbw_gbps"]
+    flat = [rows[-1]]
+    for row in reversed(rows[:-1]):
+        if abs(row["busbw_gbps"] - top) > tolerance * top:
+            break
+        flat.append(row)
+    reached = len(flat) >= 2
+    busbw = statistics.median(r["busbw_gbps"] for r in flat) if reached else top
+    return Plateau(reached=reached, busbw_gbps=busbw, sizes=tuple(sorted(r["bytes"] for r in flat)),
+                   largest_bytes=rows[-1]["bytes"], rise=top / rows[-2]["busbw_gbps"] - 1.0)
+
+
+def max_bytes_for(gradient_bytes, largest_bytes):
+    """A --max-bytes that covers the gradient: the next power of two, at least 4x the largest measured."""
+    return 1 << max(int(gradient_bytes - 1).bit_length(), int(4 * largest_bytes - 1).bit_length())
 
 
 def _table(header, rows):
@@ -240,8 +320,8 @@ class BesideRow:
     measured_over_projected: float
 
 
-def _measured_means(measured_rows):
-    """{gpus: (mean samples/s, runs)}: a sweep has several runs per scale."""
+def _measured_medians(measured_rows):
+    """{gpus: (median samples/s, runs)}: a sweep has several runs per scale."""
     found = {}
     for i, row in enumerate(measured_rows):
         try:
@@ -252,18 +332,19 @@ def _measured_means(measured_rows):
         if gpus < 1 or not math.isfinite(rate) or rate <= 0:
             raise ValueError(f"measured row {i} has gpus {gpus} and samples_per_second {rate}")
         found.setdefault(gpus, []).append(rate)
-    return {gpus: (sum(rates) / len(rates), len(rates)) for gpus, rates in found.items()}
+    return {gpus: (statistics.median(rates), len(rates)) for gpus, rates in found.items()}
 
 
 def beside_measured(projection, measured_rows):
     """Projected and measured figures per scale, both efficiencies against the same base.
 
-    measured_rows: dicts with `gpus` and `samples_per_second` (several runs per scale are
-    averaged). The base is the smallest measured scale (the projection's smallest without
-    measurements), so the two efficiency columns compare like with like; below the base the
-    efficiencies are None. Scales only one side has are projected from the same scenario.
+    measured_rows: dicts with `gpus` and `samples_per_second` (several runs per scale: their
+    median, the aggregate the report uses everywhere). The base is the smallest measured scale
+    (the projection's smallest without measurements), so the two efficiency columns compare like
+    with like; below the base the efficiencies are None. Scales only one side has are projected
+    from the same scenario.
     """
-    measured = _measured_means(measured_rows)
+    measured = _measured_medians(measured_rows)
     scales = sorted({p.gpus for p in projection.points} | set(measured))
     base = min(measured) if measured else projection.points[0].gpus
     projected = project(projection.scenario, scales)
@@ -324,7 +405,11 @@ def build_parser():
     parser.add_argument("--fp16-gradients", action="store_true", help="2-byte gradients (fp16 allreduce)")
     parser.add_argument("--per-gpu-throughput", type=float, required=True,
                         help="samples/s of one GPU at --per-gpu-batch, without communication")
-    parser.add_argument("--per-gpu-batch", type=int, required=True)
+    parser.add_argument("--per-gpu-batch", type=int, required=True,
+                        help="the per-GPU batch --per-gpu-throughput was measured at")
+    parser.add_argument("--global-batch", type=int, default=0,
+                        help="strong scaling: keep this global batch, per-GPU batch = it / GPUs "
+                             "(default 0: weak scaling at --per-gpu-batch)")
     parser.add_argument("--busbw", type=float, required=True,
                         help="per-node bus bandwidth across nodes, GB/s (e.g. 185 on OCI GM4.8)")
     parser.add_argument("--nvlink-busbw", type=float, default=NVLINK_BUSBW_GBPS,
@@ -347,7 +432,7 @@ def scenario_from_args(args):
     return Scenario(model=args.model, per_gpu_throughput=args.per_gpu_throughput,
                     per_gpu_batch=args.per_gpu_batch, gradient_bytes=nbytes, busbw_gbps=args.busbw,
                     nvlink_busbw_gbps=args.nvlink_busbw,
-                    gpus_per_node=args.gpus_per_node, overlap=args.overlap)
+                    gpus_per_node=args.gpus_per_node, overlap=args.overlap, global_batch=args.global_batch)
 
 
 def _load_measured(path):

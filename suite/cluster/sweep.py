@@ -552,6 +552,7 @@ def save(sweep, manifest):
 def execute(sweep, say):
     """Runs what is not done yet; returns 0, or raises SweepError / Interrupted."""
     manifest = load_manifest(sweep)
+    _warn_too_few_runs(sweep)
     _remove_stale_temp_files(sweep, say)
     save(sweep, manifest)
     for scale in sweep.scales:
@@ -568,7 +569,24 @@ def execute(sweep, say):
     _write_implementation_readme(sweep)
     say(f"done: {total} runs in {sweep.path(sweep.submitter)}; "
         f"report: python -m suite.cluster.report {sweep.out}")
+    _warn_too_few_runs(sweep)
     return 0
+
+
+def too_few_runs(benchmark, runs):
+    """The warning for a sweep of fewer runs per scale than MLPerf requires, or None."""
+    required = REQUIRED_RUNS.get(benchmark)
+    if not required or runs >= required:
+        return None
+    return (f"warning: {runs} run(s) per scale, MLPerf requires {required} for {benchmark}: the olympic "
+            f"means are not MLPerf scores and the package checker will fail this folder "
+            f"(\"found {runs}, expected {required}\")")
+
+
+def _warn_too_few_runs(sweep):
+    warning = too_few_runs(sweep.benchmark, sweep.runs)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
 
 
 def _remove_stale_temp_files(sweep, say):

@@ -126,6 +126,7 @@ def _run(spec, config, preset, run_dir, state, options):
                                       "weights_digest": outcome.weights_digest}, "per_rank")
     if world.is_root:
         summary = _summary(spec, job, world, outcome, per_rank, seed, time.time() - started)
+        summary.update(gradient_record(job.model, config.fp16_allreduce))
         rundir.write_json(os.path.join(run_dir, "summary.json"), summary)
         say(f"run {outcome.status}: accuracy {outcome.accuracy:.4f} after {outcome.steps} steps, "
             f"{outcome.train_seconds / 60:.2f} min from run_start to run_stop")
@@ -223,6 +224,19 @@ def _check_network(world, ranks, nccl_log, options):
 def _warn(world, line):
     if world.is_root:
         _write(sys.stderr, line)
+
+
+def gradient_record(model, fp16_allreduce):
+    """What one step allreduces: the trained model's own size, for the report's projection.
+
+    One gradient per trainable value; fp16 compression puts 2 bytes of each on the wire, otherwise
+    a gradient is as wide as its variable (float32 also under mixed precision).
+    """
+    variables = model.trainable_variables
+    parameters = sum(int(v.shape.num_elements()) for v in variables)
+    wire = sum(int(v.shape.num_elements()) * (2 if fp16_allreduce else v.dtype.size) for v in variables)
+    return {"trainable_parameters": parameters, "allreduce_dtype": "float16" if fp16_allreduce else "float32",
+            "gradient_bytes": wire}
 
 
 def _summary(spec, job, world, outcome, per_rank, seed, wall_seconds):
