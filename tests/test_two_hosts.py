@@ -23,6 +23,7 @@ from conftest import BIN, REPO, TINY, check_log, read_json, read_log, subprocess
 from jobs import assert_ends_closed, long_training, start_long_run
 from test_report import table_with
 from twohosts import LINK, ClusterUnavailable, TwoHosts
+from suite.cluster import hostfile as hostfile_format
 from suite.common import profiles
 
 # The ResNet-50 gradients are about 100 MB per step; two steps move far more than this across the link.
@@ -143,10 +144,9 @@ def test_two_hosts_with_one_name_are_named(cluster, hostfile):
 
 # ---- training across the two hosts ----------------------------------------------------------------
 
-def _np(hostfile):
+def _np(path):
     """Every slot of the hostfile gets a rank."""
-    with open(hostfile) as handle:
-        return ["-np", str(sum(int(slots) for slots in re.findall(r"slots=(\d+)", handle.read())))]
+    return ["-np", str(hostfile_format.total_slots(hostfile_format.parse(path)))]
 
 
 # Each launcher gets the profile another way: the model's --profile flag, the SUITE_PROFILE
