@@ -52,6 +52,18 @@ def test_a_silent_rank_is_named_after_the_timeout_and_not_before():
     assert "sent nothing for 2 s" in lost.describe()
 
 
+def test_ranks_that_fall_silent_together_are_named_together():
+    """A host or link going down silences its ranks within a heartbeat of each other: one report."""
+    watch, far, reports = watched(timeout=3)
+    far[2].sendall(b"beat\n")  # rank 2's last word comes a second after rank 1's silence began
+    time.sleep(1)
+    far[2].sendall(b"beat\n")
+    lost = reports.get(timeout=10)
+    assert (lost.rank, lost.kind, lost.others) == (1, "silent", 1)
+    assert lost.describe().endswith("(and 1 more rank)")
+    assert reports.empty()
+
+
 def test_ranks_that_end_in_order_are_not_reported():
     watch, far, reports = watched(timeout=2)
     far[1].sendall(b"done\n")

@@ -54,6 +54,7 @@ class _Line:
         self.pending = b""
         self.said = None  # "done", "stopped ...", "failed ...", "abort": an orderly end
         self.kind = self.why = None
+        self.overdue = True  # False for a silent rank counted with another before its own bound
 
     def send(self, line):
         """Best effort, never blocks: a full buffer means a peer that reads nothing, which the
@@ -182,16 +183,21 @@ class Watch:
         return []
 
     def _judge(self, lost, now, open_lines):
+        # Ranks cut off together (a host or a link going down) fell silent within a heartbeat or two
+        # of each other: once one has passed the bound, those are counted with it, not one by one.
+        overdue = any(line.said is None and now - line.heard > self.timeout for line in open_lines)
+        bound = self.timeout - 2 * HEARTBEAT_SECONDS if overdue else self.timeout
         for line in open_lines:
-            if line.said is None and line not in lost and now - line.heard > self.timeout:
-                line.kind = "silent"
+            if line.said is None and line not in lost and now - line.heard > bound:
+                line.kind, line.overdue = "silent", now - line.heard > self.timeout
                 line.why = (f"sent nothing for {self.timeout:g} s (stopped, hung, or its host or the link to "
                             f"it is down)")
                 lost.append(line)
         return lost
 
     def _report(self, lost):
-        first = min(lost, key=lambda line: line.rank)
+        # The rank named is one that did pass the bound its description gives.
+        first = min(lost, key=lambda line: (not line.overdue, line.rank))
         self.lost = Lost(first.rank, first.host, first.kind, first.why, len(lost) - 1)
         self._found.set()
         self.on_lost(self.lost)
