@@ -104,7 +104,9 @@ def initialize(cpu_threads=0):
         _pin_gpu(gpus)
         device = "gpu"
     else:
-        _share_cores(cpu_threads or cpu_threads_per_rank(os.cpu_count() or 1, hvd.local_size()))
+        cores = os.cpu_count() or 1
+        threads = cpu_threads or cpu_threads_per_rank(cores, hvd.local_size())
+        _set_thread_pools(threads, inter_op_threads(threads, cores, os.environ))
         device = "cpu"
     return World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                  local_size=hvd.local_size(), cross_size=hvd.cross_size(),
@@ -136,16 +138,24 @@ def cpu_threads_per_rank(cores, local_ranks):
     return max(1, cores // local_ranks)
 
 
-def _share_cores(threads):
-    """One pool of `threads` for the kernels and one inter-op thread per rank.
+def inter_op_threads(threads, cores, environ):
+    """How many ops a rank runs at once, each on its pool of `threads` kernel threads.
 
-    A single inter-op thread runs one op at a time, each on the intra-op pool: with two, two ops
-    ran at once on the same few cores and competed for them (measured 2-rank ResNet-50 throughput,
-    BENCHMARKS.md).
+    A rank that has the whole host runs two or more at once, to fill its cores. A rank that shares
+    the host (fewer threads than cores) runs one: with two, two ops ran at once on its share of the
+    cores and competed for them. Measured side by side on ResNet-50 (BENCHMARKS.md): 2 ranks on 2
+    cores went faster with one inter-op thread each, 1 rank on 2 cores slower. TF_NUM_INTEROP_THREADS,
+    where set, wins.
     """
+    if environ.get("TF_NUM_INTEROP_THREADS", "").isdigit():
+        return int(environ["TF_NUM_INTEROP_THREADS"])
+    return 1 if threads < cores else max(2, threads)
+
+
+def _set_thread_pools(threads, inter_op):
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
     except RuntimeError:
         pass  # TensorFlow already ran ops in this process (a caller's choice); keep its pools
 

@@ -47,6 +47,9 @@ def measure(job, config):
         loss.numpy()  # the host sync that ends the step
         step_seconds.append(time.perf_counter() - started)
         waits += fetched - started
+    # Batch-norm statistics are each rank's own, as in training: averaged, as before an evaluation,
+    # so that the digest says whether the ranks trained the same model.
+    dist.average_variables(job.model.non_trainable_variables, name="throughput_stats")
     return {"steps": config.throughput_steps, "step_seconds": step_seconds, "input_wait_seconds": waits,
             "final_loss": float(loss), "weights_digest": weights_digest(job.model)}
 
