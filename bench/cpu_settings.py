@@ -30,6 +30,8 @@ ROWS = (
      {"HOROVOD_CYCLE_TIME": "20", "TF_NUM_INTEROP_THREADS": "2"}),
     ("MPI, cycle 1 ms, 1 inter-op thread", (), {"HOROVOD_CYCLE_TIME": "1", "TF_NUM_INTEROP_THREADS": "1"}),
     ("MPI, the suite's defaults (cycle 20 ms, 1 inter-op thread)", (), {}),
+    ("MPI, the suite's defaults, waiting ranks yield the core (mpi_yield_when_idle)", (),
+     {"OMPI_MCA_mpi_yield_when_idle": "1"}),
     ("Gloo, Horovod and TF defaults", ("--gloo",), HOROVOD_AND_TF_DEFAULTS),
     ("Gloo, the suite's defaults", ("--gloo",), {}),
 )
