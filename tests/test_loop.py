@@ -52,7 +52,7 @@ def tiny_job(optimizer, features=8, classes=3, blocks=(), target=1.1, eval_batch
 
 def loop_config(**overrides):
     settings = dict(fp16_allreduce=False, xla=False, log_every=2, save_checkpoints=False, resume_from="",
-                    poison_weights_at_step=0)
+                    poison_weights_at_step=0, gradient_allreduce=True)
     return SimpleNamespace(**{**settings, **overrides})
 
 

@@ -81,8 +81,8 @@ def test_dry_run_localhost_lists_every_run():
                             "submission_status=onprem"]
         # local-cpu's one variable, and the profile the launcher applied, for the ranks to record.
         local = profiles.load("local-cpu")
-        assert env == {"OMPI_MCA_mpi_yield_when_idle": "1", **local.timeouts.env(),
-                       "SUITE_PROFILE": local.path,
+        assert env == {"OMPI_MCA_mpi_yield_when_idle": "1", "HOROVOD_CYCLE_TIME": "20.0",
+                       **local.timeouts.env(), "SUITE_PROFILE": local.path,
                        "SUITE_PROFILE_RESOLVED": "1"}
     assert not os.path.exists("/tmp/never-written")
 
