@@ -22,6 +22,7 @@ import dataclasses
 import importlib.util
 import io
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -310,12 +311,13 @@ def rate_table(rows, decode_cpu: Spread) -> list[str]:
 
 def cores_table(per_core_rate: float, targets=TARGET_RATES) -> list[str]:
     available = shape_cores_per_gpu()
-    lines = ["| GPU rate (images/s) | cores per GPU needed (projected) | BM.GPU.GM4.8 cores per GPU | "
-             "share of them |",
-             "|---:|---:|---:|---:|"]
+    lines = ["| GPU rate (images/s) | cores per GPU needed (projected) | whole cores | "
+             "BM.GPU.GM4.8 cores per GPU | share of them |",
+             "|---:|---:|---:|---:|---:|"]
     for target in targets:
         needed = cores_per_gpu_needed(target, per_core_rate)
-        lines.append(f"| {target:,} | {needed:.1f} | {available:.0f} | {needed / available:.0%} |")
+        lines.append(f"| {target:,} | {needed:.1f} | {math.ceil(needed)} | {available:.0f} | "
+                     f"{needed / available:.0%} |")
     return lines
 
 
