@@ -406,6 +406,8 @@ def run(args):
     data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), spec.cache_name())
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise BenchError(f"--data-dir {data_dir} is not a directory")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        raise BenchError(f"--json {args.json}: its folder does not exist")
     baseline_source = data_source_at(args.compare_with) if args.compare_with else None
     core = pin_to_one_core(args.core)
     sys.path.insert(0, REPO)

@@ -124,6 +124,7 @@ def test_command_measures_both_pipelines_on_one_core(tmp_path):
 @pytest.mark.parametrize("flags, named", [(["--core", "9999"], "--core 9999"),
                                           (["--data-dir", SCRIPT], "--data-dir"),
                                           (["--compare-with", "no-such-revision"], "--compare-with"),
+                                          (["--json", "/no/such/folder/out.json"], "--json"),
                                           (["--rounds", "0"], "--rounds")])
 def test_bad_flags_are_one_line_errors(flags, named):
     result = run([sys.executable, SCRIPT, *flags], timeout=60)
