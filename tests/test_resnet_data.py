@@ -323,6 +323,32 @@ def test_train_batches_shapes_labels_and_mean_subtraction(learnable):
     assert abs(float(pixels.mean())) < 100
 
 
+def test_train_image_is_the_reference_computation_bit_for_bit():
+    """However train_image arranges its work, its floats are those of the reference's steps: the sampled
+    crop decoded, flipped, resized by the v1 bilinear op, minus the three channel means broadcast."""
+    image_bytes = tf.constant(_jpeg(np.random.default_rng(2).integers(0, 255, (40, 56, 3))))
+    no_box = tf.zeros([1, 0, 4])
+    for i in range(6):
+        crop_seed, flip_seed = tf.constant([5, i], tf.int64), tf.constant([6, i], tf.int64)
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.image.extract_jpeg_shape(image_bytes), bounding_boxes=no_box, seed=crop_seed,
+            min_object_covered=0.1, aspect_ratio_range=[0.75, 1.33], area_range=[0.05, 1.0],
+            max_attempts=100, use_image_if_no_bounding_boxes=True)
+        crop = tf.image.decode_and_crop_jpeg(image_bytes, tf.concat([begin[:2], size[:2]], 0), channels=3)
+        flipped = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
+        resized = tf.compat.v1.image.resize(flipped, [24, 24], method=tf.image.ResizeMethod.BILINEAR)
+        expected = resized.numpy() - np.asarray(data.MEAN_RGB, np.float32)
+        found = data.train_image(image_bytes, no_box, 24, crop_seed, flip_seed).numpy()
+        assert found.dtype == np.float32 and np.array_equal(found, expected), i
+
+
+def test_colour_centring_equals_subtracting_the_broadcast_means():
+    for shape in ([224, 224, 3], [7, 5, 3]):
+        image = tf.random.stateless_uniform(shape, seed=[1, 2], maxval=255.0)
+        expected = image.numpy() - np.asarray(data.MEAN_RGB, np.float32)
+        assert np.array_equal(data._centre_colours(image).numpy(), expected)
+
+
 def test_train_channels_first_and_dtype(learnable):
     dataset = data.train_dataset(learnable, 4, 16, CLASSES, 0, 1, seed=3, dtype=tf.float16,
                                  channels_first=True)

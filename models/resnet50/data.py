@@ -280,7 +280,7 @@ def train_image(image_bytes, bbox, image_size, crop_seed, flip_seed):
     image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
     image = _resize_bilinear(image, image_size, image_size)
     image.set_shape([image_size, image_size, 3])
-    return image - tf.constant(MEAN_RGB, tf.float32)
+    return _centre_colours(image)
 
 
 def eval_image(image_bytes, image_size):
@@ -289,7 +289,18 @@ def eval_image(image_bytes, image_size):
     image = _aspect_preserving_resize(image, int(round(image_size / EVAL_CROP_FRACTION)))
     image = _central_crop(image, image_size)
     image.set_shape([image_size, image_size, 3])
-    return image - tf.constant(MEAN_RGB, tf.float32)
+    return _centre_colours(image)
+
+
+def _centre_colours(image):
+    """image - MEAN_RGB for a float image of static shape.
+
+    The mean is given as a whole image, not as three values to broadcast: the floats are the same, but
+    TensorFlow's CPU broadcast over a 3-wide last axis is slow (about 115 us a 224 px image on the
+    development machine, a tenth of the whole training preprocessing) and a plain subtraction is not.
+    """
+    mean = np.broadcast_to(np.asarray(MEAN_RGB, np.float32), image.shape.as_list())
+    return image - tf.constant(mean)
 
 
 def _resize_bilinear(image, height, width):

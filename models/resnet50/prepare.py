@@ -91,14 +91,22 @@ def write_learnable_dataset(out_dir, num_classes=4, train_per_class=64, eval_per
              for k in range(num_classes) for i in range(eval_per_class)]
     # Mixed classes in every shard, as in the ImageNet conversion.
     train = [train[i] for i in rng.permutation(len(train))]
+    return write_dataset(out_dir, train, evals, train_shards, eval_shards, num_classes=num_classes,
+                         source="learnable", bounding_boxes=True, image_size=image_size, seed=seed)
+
+
+def write_dataset(out_dir, train, evals, train_shards, eval_shards, **metadata) -> DatasetInfo:
+    """Writes serialized Examples as ImageNet-named shards plus their dataset.json, all or nothing.
+
+    `metadata` adds to the counts dataset.json gets anyway (records and shards of each split).
+    """
     with staged_output(out_dir, DataError) as staging:
         for i, chunk in enumerate(split_evenly(train, train_shards)):
             _write_tfrecords(_shard_path(staging, "train", i, train_shards), chunk)
         for i, chunk in enumerate(split_evenly(evals, eval_shards)):
             _write_tfrecords(_shard_path(staging, "validation", i, eval_shards), chunk)
-        _write_metadata(staging, train_records=len(train), eval_records=len(evals), num_classes=num_classes,
-                        train_shards=train_shards, eval_shards=eval_shards, source="learnable",
-                        bounding_boxes=True, image_size=image_size, seed=seed)
+        _write_metadata(staging, train_records=len(train), eval_records=len(evals), train_shards=train_shards,
+                        eval_shards=eval_shards, **metadata)
     return dataset_info(out_dir)
 
 
