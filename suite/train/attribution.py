@@ -315,18 +315,15 @@ def attribute(window, ranks, world_size):
     per_rank = [_timed(rank) for rank in ranks]
     if any(r is None for r in per_rank):
         return {"method": "none", "reason": "a rank timed no step"}
-    record = {"window": _window_fields(window)}
     if world_size == 1:
-        splits, why = [StepSplit(0.0, 0.0, {0: 0.0})], None
-        record["method"] = "one rank: no allreduce or imbalance by definition"
-    elif not window.get("recorded"):
-        splits, why = [], window.get("reason") or "no timeline window was recorded"
-    else:
-        splits, why = _read_window(window, world_size)
+        record = {"method": "one rank: no allreduce or imbalance by definition"}
+        return {**record, **_parts(per_rank, [StepSplit(0.0, 0.0, {0: 0.0})])}
+    splits, why = _read_window(window, world_size) if window.get("recorded") else \
+        ([], window.get("reason") or "no timeline window was recorded")
+    record = {"method": "horovod timeline window", "window": _window_fields(window)}
     if why:
         record.update(method="none", reason=f"no timeline split: {why}")
     else:
-        record.setdefault("method", "horovod timeline window")
         record["window"]["steps_split"] = len(splits)
     return {**record, **_parts(per_rank, splits)}
 
