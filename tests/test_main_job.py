@@ -8,6 +8,7 @@ import os
 import pytest
 
 from conftest import REPO, check_log, read_json, read_log, run
+from test_attribution import assert_attribution_adds_up
 
 STATED_ACCURACY = 0.9  # README: the tiny learnable preset reaches 0.9 top-1 (4 classes, chance 0.25)
 
@@ -32,6 +33,7 @@ def test_make_demo_learns_and_passes_the_checker(tmp_path):
     assert (env["launcher"], env["controller"]) == ("mpirun", "mpi")
     assert [r["local_rank"] for r in env["ranks"]] == [0, 1]
     assert len(summary["ranks"]) == 2
+    assert_attribution_adds_up(summary)  # the step split into compute, allreduce, input and imbalance
     # Rank 0 alone writes the log: one run_start, one run_stop, and no other result file.
     keys = [e["key"] for e in events]
     assert keys.count("run_start") == 1 and keys.count("run_stop") == 1

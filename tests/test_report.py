@@ -96,12 +96,38 @@ def network_env(index):
                         "status": "below expectation" if fallback else "ok"}}
 
 
+# The step split of summary.json's "attribution" (ms), per process count: weak scaling keeps 16 images
+# per rank, strong scaling 16 in all (8 per rank on 2). The runs of a scale scale it by RUN_FACTORS,
+# so run 2 is each scale's median by step time.
+#   1 process: 100 ms = compute 90 + input wait 10 (no allreduce or imbalance on one rank).
+#   weak, 2 processes: 125 ms = compute 92 + exposed allreduce 15 + input wait 10 + imbalance 8:
+#     efficiency 100 / 125 = 80 %; the 20 lost points are compute 2/125 = 1.6, exposed 15/125 = 12.0,
+#     input wait 0/125 = 0.0 and imbalance 8/125 = 6.4.
+#   strong, 2 processes: 60 ms = 47 + 8 + 4 + 1, against a base scaled by s = 8/16: efficiency
+#     0.5 * 100 / 60 = 83.3 %; the 16.7 lost points are compute (47 - 45)/60 = 3.3, exposed 8/60 = 13.3,
+#     input wait (4 - 5)/60 = -1.7 and imbalance 1/60 = 1.7.
+ONE_RANK = {"compute_ms": 90.0, "exposed_allreduce_ms": 0.0, "input_wait_ms": 10.0, "imbalance_ms": 0.0}
+WEAK_SPLIT = {1: ONE_RANK, 2: {"compute_ms": 92.0, "exposed_allreduce_ms": 15.0, "input_wait_ms": 10.0,
+                               "imbalance_ms": 8.0}}
+STRONG_SPLIT = {1: ONE_RANK, 2: {"compute_ms": 47.0, "exposed_allreduce_ms": 8.0, "input_wait_ms": 4.0,
+                                 "imbalance_ms": 1.0}}
+RUN_FACTORS = (1.2, 0.9, 1.0, 1.1, 0.8)
+
+
+def attribution_record(parts, index):
+    if "method" in parts:
+        return parts  # given whole (a run without a split)
+    scaled = {key: value * RUN_FACTORS[index] for key, value in parts.items()}
+    return {"method": "horovod timeline window", "step_ms": sum(scaled.values()), **scaled}
+
+
 def make_sweep(folder, slow_rank=None, allreduce=True, runs=None, weak=False, steps=None,
-               curve=LATENCY_FLOOR, times=None, status=None):
+               curve=LATENCY_FLOOR, times=None, status=None, split=None):
     """A sweep folder as suite.cluster.sweep leaves it, with known times.
 
     runs: {np: how many of the planned 5 runs are there}; the 1-process scale gets an allreduce
-    record too when allreduce is "every scale" (the sweep measures each scale).
+    record too when allreduce is "every scale" (the sweep measures each scale). split: {np: the step's
+    parts} for summary.json's attribution (none for a process count it leaves out).
     """
     times, status = times or TIMES, status or STATUS
     scales = []
@@ -112,8 +138,10 @@ def make_sweep(folder, slow_rank=None, allreduce=True, runs=None, weak=False, st
             write(os.path.join(folder, SUBMITTER, "results", system(np), BENCH, f"result_{index}.txt"),
                   log_text(value, status[np][index], start=START_MS + index * 3_600_000))
             run_dir = os.path.join(folder, "runs", system(np), f"run_{index}")
-            write(os.path.join(run_dir, "summary.json"),
-                  json.dumps(summary(np, index, slow_rank if np == 2 else None, weak=weak, steps=steps)))
+            recorded = summary(np, index, slow_rank if np == 2 else None, weak=weak, steps=steps)
+            if np in (split or {}):
+                recorded["attribution"] = attribution_record(split[np], index)
+            write(os.path.join(run_dir, "summary.json"), json.dumps(recorded))
             write(os.path.join(run_dir, "config.json"), json.dumps({"config": {"fp16_allreduce": False}}))
             if np > 1:
                 write(os.path.join(run_dir, "env.json"), json.dumps(network_env(index)))
@@ -163,7 +191,7 @@ def olympic_by_hand(values):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    folder = make_sweep(str(tmp_path_factory.mktemp("built") / "sweep"), slow_rank=1)
+    folder = make_sweep(str(tmp_path_factory.mktemp("built") / "sweep"), slow_rank=1, split=STRONG_SPLIT)
     assert report.main([folder]) == 0
     with open(os.path.join(folder, "report", "report.md")) as handle:
         return folder, handle.read()
@@ -275,7 +303,8 @@ def test_plots_are_valid_pngs_and_the_html_embeds_them(built):
     folder, markdown = built
     out = os.path.join(folder, "report")
     names = sorted(name for name in os.listdir(out) if name.endswith(".png"))
-    assert names == ["allreduce.png", "scaling.png", "stragglers.png", "throughput.png", "time_to_train.png"]
+    assert names == ["allreduce.png", "attribution.png", "scaling.png", "stragglers.png", "throughput.png",
+                     "time_to_train.png"]
     for name in names:
         with Image.open(os.path.join(out, name)) as image:
             image.verify()
@@ -566,6 +595,75 @@ def test_a_single_process_scale_has_no_allreduce_rows(tmp_path):
     assert f"{system(1)}: one process, so nothing crosses a link" in markdown
 
 
+# ---- where the efficiency went ----
+
+PART_COLUMNS = ("compute", "exposed allreduce", "input wait", "rank imbalance")
+
+
+def lost_points(row):
+    return {part: float(row[f"{part} (points)"]) for part in PART_COLUMNS}
+
+
+def test_weak_scaling_lost_points_split_between_the_parts(tmp_path):
+    rows = table_with(build(str(tmp_path / "sweep"), weak=True, split=WEAK_SPLIT), "lost points")
+    base, two = rows
+    assert (base["run"], base["step (ms)"], base["lost points"]) == ("2", "100.0", "0.0")
+    assert (two["run"], two["step (ms)"], two["efficiency (these step times)"]) == ("2", "125.0", "80.0%")
+    assert [two[f"{part} (ms)"] for part in PART_COLUMNS] == ["92.0", "15.0", "10.0", "8.0"]
+    assert lost_points(two) == {"compute": 1.6, "exposed allreduce": 12.0, "input wait": 0.0,
+                                "rank imbalance": 6.4}
+    assert sum(lost_points(two).values()) == pytest.approx(float(two["lost points"]))
+
+
+def test_strong_scaling_compares_each_part_with_its_base_scaled_to_the_per_rank_batch(built):
+    _, markdown = built
+    two = table_with(markdown, "lost points")[1]
+    assert (two["per-rank batch"], two["efficiency (these step times)"], two["lost points"]) == \
+        ("8", "83.3%", "16.7")
+    assert lost_points(two) == {"compute": 3.3, "exposed allreduce": 13.3, "input wait": -1.7,
+                                "rank imbalance": 1.7}
+    assert sum(lost_points(two).values()) == pytest.approx(float(two["lost points"]), abs=0.2)
+    assert "The per-rank batch changes between scales (16, 8)" in markdown
+
+
+def test_exact_split_on_any_step_times():
+    base = report.StepSplit("a", 1, 0, 32, 100.0, {"compute_ms": 70.0, "exposed_allreduce_ms": 0.0,
+                                                   "input_wait_ms": 30.0, "imbalance_ms": 0.0}, "")
+    other = report.StepSplit("b", 4, 3, 8, 41.0, {"compute_ms": 19.5, "exposed_allreduce_ms": 11.25,
+                                                  "input_wait_ms": 2.0, "imbalance_ms": 8.25}, "")
+    loss = report.efficiency_loss(base, other)
+    assert loss["efficiency"] == pytest.approx(0.25 * 100 / 41)
+    assert sum(loss["points"].values()) == pytest.approx(100 * (1 - loss["efficiency"]))
+    assert loss["points"]["input_wait_ms"] == pytest.approx(100 * (2.0 - 7.5) / 41)
+
+
+def test_a_scale_without_a_split_says_why(tmp_path):
+    no_timeline = {"method": "none", "step_ms": 120.0,
+                   "reason": "no timeline split: the run had no step after its first timing interval"}
+    markdown = build(str(tmp_path / "sweep"), weak=True, split={1: ONE_RANK, 2: no_timeline})
+    assert [row["system"] for row in table_with(markdown, "lost points")] == [system(1)]
+    assert (f"{system(2)} has no split: no timeline split: the run had no step after its first timing "
+            f"interval") in markdown
+    older = build(str(tmp_path / "older"), weak=True)
+    assert f"No run has a split: {system(1)}: no attribution in summary.json (a run of an older suite)" \
+        in older
+
+
+def test_the_attribution_plot_stacks_what_the_table_says(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    folder = make_sweep(str(tmp_path / "sweep"), split=STRONG_SPLIT)
+    step, lost = report._plot_attribution(plt, report.load_sweep(folder), 10.0, "auto").axes
+    assert legend_of(step) == list(PART_COLUMNS)
+    heights = [(bar.get_x(), bar.get_height()) for bar in step.patches]
+    assert sum(h for x, h in heights if x > 0.5) == pytest.approx(60.0)  # the 2-process bar: its step
+    points = {part: bar for part, bar in zip(PART_COLUMNS, lost.patches[1::2])}  # the 2-process bars
+    assert points["input wait"].get_height() == pytest.approx(-100 / 60) and points["input wait"].get_y() == 0
+    assert sum(bar.get_height() for bar in points.values()) == pytest.approx(100 * (1 - 0.5 * 100 / 60))
+    plt.close("all")
+
+
 # ---- published rows ----
 
 def test_published_rows_link_public_sources_and_recompute_from_their_runs(built):
@@ -648,7 +746,7 @@ def test_report_html_renders_in_a_browser(built, tmp_path):
     out = os.path.join(folder, "report")
     seen = render(os.path.join(out, "report.html"), tmp_path)
     pngs = sorted(name for name in os.listdir(out) if name.endswith(".png"))
-    assert len(seen["images"]) == len(pngs) == 5
+    assert len(seen["images"]) == len(pngs) == 6
     for image in seen["images"]:
         assert image["complete"] and image["width"] >= 600 and image["height"] >= 350, image
     # Every table of report.md is in the page, in order, with its header and its rows.

@@ -575,6 +575,9 @@ def test_report_of_the_sweep(swept):
     assert f"S = {recorded['gradient_bytes']:,} bytes" in text
     # The fixture's allreduce stops at 256K, far below the gradient: the report must say so at the top.
     assert "WARNING: ALLREDUCE CURVE NEVER REACHED ITS PLATEAU" in text.split("\n## ", 1)[0]
+    # Every scale's step split: 2 processes from their timeline window, 1 process by definition.
+    split = text.split("## Where the efficiency went (measured)", 1)[1].split("\n## ", 1)[0]
+    assert all(f"| {system} |" in split for system in SYSTEMS), split
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from suite.cluster.sweep import REQUIRED_RUNS
 
 MANIFEST = "sweep.json"
 REPORT_FILES = ("report.md", "report.html", "time_to_train.png", "throughput.png", "scaling.png",
-                "stragglers.png", "allreduce.png")
+                "stragglers.png", "allreduce.png", "attribution.png")
 # The aggregate of several runs' throughput and step times, everywhere in the report: robust to
 # the one run that shared the machine with something else.
 AGGREGATE = "median over runs"
@@ -251,6 +251,62 @@ def stragglers(scale, threshold_pct):
     return rows
 
 
+# The parts of a step in summary.json's "attribution" (suite/train/attribution.py): they add up to
+# its step time, which is what lets the lost efficiency be split between them exactly.
+STEP_PARTS = (("compute_ms", "compute"), ("exposed_allreduce_ms", "exposed allreduce"),
+              ("input_wait_ms", "input wait"), ("imbalance_ms", "rank imbalance"))
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """One run's step time and its four parts (ms), for one scale of the report."""
+
+    system: str
+    np: int
+    run: int
+    local_batch: int
+    step_ms: float
+    parts: dict  # {key of STEP_PARTS: ms}
+    method: str
+
+
+def step_splits(scale):
+    """(the scale's median run's split or None, why there is none): the median by step time.
+
+    Of the runs whose summary.json splits the step into all four parts; for an even count the lower
+    of the two middle runs, so that the figures are one run's and still add up.
+    """
+    found, reasons = [], set()
+    for run in scale.runs:
+        summary = run.summary or {}
+        record = summary.get("attribution") or {}
+        if record.get("step_ms") and all(record.get(key) is not None for key, _ in STEP_PARTS):
+            found.append(StepSplit(scale.system, scale.np, run.index, summary.get("local_batch_size"),
+                                   record["step_ms"], {key: record[key] for key, _ in STEP_PARTS},
+                                   record.get("method", "")))
+        else:
+            reasons.add(record.get("reason") or "no attribution in summary.json (a run of an older suite)")
+    if found:
+        return sorted(found, key=lambda split: (split.step_ms, split.run))[(len(found) - 1) // 2], None
+    return None, "; ".join(sorted(reasons)) or "no run"
+
+
+def efficiency_loss(base, split):
+    """{"efficiency", "scale_factor", "points": {part: lost points}} of split against base.
+
+    Efficiency is per-rank throughput against the base's: (b_N / T_N) / (b_0 / T_0) = s·T_0/T_N with
+    s = b_N / b_0 the per-rank batch ratio (1 when the per-rank batch is kept, weak scaling). As the
+    parts add up to the step, 1 − s·T_0/T_N = Σ_k (c_k,N − s·c_k,0) / T_N: each part's share of the
+    lost points is how far it exceeds its base value scaled to this per-rank batch.
+    """
+    factor = split.local_batch / base.local_batch if split.local_batch and base.local_batch else None
+    if factor is None:
+        return None
+    points = {key: 100.0 * (split.parts[key] - factor * base.parts[key]) / split.step_ms
+              for key, _ in STEP_PARTS}
+    return {"efficiency": factor * base.step_ms / split.step_ms, "scale_factor": factor, "points": points}
+
+
 def _batches(scale):
     """{(global batch, per-rank batch)} the scale's runs trained with, from summary.json."""
     return {(run.summary.get("global_batch_size"), run.summary.get("local_batch_size"))
@@ -442,6 +498,7 @@ def build_document(data, threshold_pct, images, scaling_mode="auto"):
     doc += _ttt_section(data, images)
     doc += _runs_section(data)
     doc += _throughput_section(data, images)
+    doc += _attribution_section(data, images)
     doc += _straggler_section(data, threshold_pct, images)
     doc += _network_section(data)
     doc += _allreduce_section(data, images)
@@ -502,6 +559,60 @@ def _throughput_section(data, images):
                   f"against the smallest scale; efficiency = speed-up × smallest processes / processes."),
             ("table", header, rows), *_image(images, "throughput.png", "Throughput, total and per rank"),
             *_image(images, "scaling.png", "Speed-up and efficiency: measured, ideal and projected")]
+
+
+ATTRIBUTION_INTRO = (
+    "Every run splits its steady step time (the steps behind its throughput) into four parts that add up "
+    "to it, per rank and for the job (summary.json, \"attribution\"): input wait (the wait for the next "
+    "batch), exposed allreduce (from the moment the last rank had submitted its last gradient to the end "
+    "of the step's last allreduce, read from Horovod's timeline over a few steady steps), rank imbalance "
+    "(how long the first rank ready waited for the last one) and compute (the rest, with the optimizer's "
+    "apply). One rank has no allreduce or imbalance by definition. Each scale shows its median run by step "
+    "time.")
+
+
+def _attribution_section(data, images):
+    """Per scale, the median run's step split into four parts and each part's share of the lost points."""
+    found = [(scale, *step_splits(scale)) for scale in sorted(data.scales, key=lambda s: s.np)]
+    splits = [split for _, split, _ in found if split]
+    if not splits:
+        why = "; ".join(f"{scale.system}: {reason}" for scale, _, reason in found)
+        return [("h2", "Where the efficiency went"), ("p", f"{ATTRIBUTION_INTRO} No run has a split: {why}.")]
+    header = ["system", "processes", "run", "per-rank batch", "step (ms)",
+              *(f"{label} (ms)" for _, label in STEP_PARTS), "efficiency (these step times)", "lost points",
+              *(f"{label} (points)" for _, label in STEP_PARTS)]
+    rows = [_attribution_row(splits[0], split) for split in splits]
+    notes = [("p", f"{scale.system} has no split: {reason}.") for scale, split, reason in found if not split]
+    return [("h2", "Where the efficiency went (measured)"), ("p", ATTRIBUTION_INTRO),
+            ("p", _split_text(splits)), ("table", header, rows), *notes,
+            *_image(images, "attribution.png", "Step time split and lost efficiency per scale")]
+
+
+def _attribution_row(base, split):
+    loss = efficiency_loss(base, split)
+    parts = [f"{split.parts[key]:.1f}" for key, _ in STEP_PARTS]
+    if loss is None:
+        shares = ["—"] * (2 + len(STEP_PARTS))
+    else:
+        shares = [_pct(loss["efficiency"]), f"{100 * (1 - loss['efficiency']):.1f}",
+                  *(f"{loss['points'][key]:+.1f}" for key, _ in STEP_PARTS)]
+    return [split.system, str(split.np), str(split.run), str(split.local_batch), f"{split.step_ms:.1f}",
+            *parts, *shares]
+
+
+def _split_text(splits):
+    base = splits[0]
+    text = (f"Against the smallest scale ({base.system}): efficiency = s·T₀/T_N with s the per-rank batch "
+            f"ratio, and as the parts add up to the step, the lost points 100·(1 − s·T₀/T_N) split exactly "
+            f"into 100·(c_N − s·c₀)/T_N per part; a negative share is a part that shrank. The efficiency "
+            f"here comes from the same step times, so it can differ a little from the throughput table's "
+            f"({AGGREGATE} of samples/s).")
+    batches = sorted({split.local_batch for split in splits}, key=str)
+    if len(batches) > 1:
+        text += (f" The per-rank batch changes between scales ({', '.join(map(str, batches))}): linear "
+                 f"scaling would keep every part at s times its base value, so compute's share also holds "
+                 f"what the smaller per-rank batch costs per sample.")
+    return text
 
 
 def _spread(low, high):
@@ -774,7 +885,7 @@ def make_plots(data, folder, threshold_pct, scaling_mode="auto"):
     written = []
     for name, draw in (("time_to_train.png", _plot_ttt), ("throughput.png", _plot_throughput),
                        ("scaling.png", _plot_scaling), ("stragglers.png", _plot_stragglers),
-                       ("allreduce.png", _plot_allreduce)):
+                       ("allreduce.png", _plot_allreduce), ("attribution.png", _plot_attribution)):
         figure = draw(plt, data, threshold_pct, scaling_mode)
         if figure is not None:
             figure.savefig(os.path.join(folder, name), dpi=100)
@@ -885,6 +996,39 @@ def _plot_stragglers(plt, data, threshold_pct, scaling_mode):
         ax.set(xlabel="rank", ylabel="step time (ms)", title=f"{scale.system}", xticks=ranks)
         ax.legend(fontsize=7)
     figure.suptitle(f"Per-rank step time (measured); red: > {threshold_pct:g}% above the median rank")
+    figure.tight_layout()
+    return figure
+
+
+def _plot_attribution(plt, data, threshold_pct, scaling_mode):
+    """Left: each scale's step split into its parts (ms). Right: each part's share of the lost points."""
+    splits = [split for split, _ in map(step_splits, sorted(data.scales, key=lambda s: s.np)) if split]
+    if not splits:
+        return None
+    figure, (step, lost) = plt.subplots(1, 2, figsize=(10, 4))
+    labels = [f"{split.np}" for split in splits]
+    below = [0.0] * len(splits)
+    for color, (key, label) in enumerate(STEP_PARTS):
+        heights = [split.parts[key] for split in splits]
+        step.bar(labels, heights, bottom=below, color=f"C{color}", label=label)
+        below = [b + h for b, h in zip(below, heights)]
+    losses = [efficiency_loss(splits[0], split) for split in splits]
+    up, down = [0.0] * len(splits), [0.0] * len(splits)
+    for color, (key, label) in enumerate(STEP_PARTS):
+        points = [loss["points"][key] if loss else 0.0 for loss in losses]
+        bottoms = [u if p >= 0 else d for p, u, d in zip(points, up, down)]
+        lost.bar(labels, points, bottom=bottoms, color=f"C{color}", label=label)
+        up = [u + max(p, 0.0) for p, u in zip(points, up)]
+        down = [d + min(p, 0.0) for p, d in zip(points, down)]
+    total = [100 * (1 - loss["efficiency"]) if loss else 0.0 for loss in losses]
+    lost.plot(labels, total, "k_", markersize=30, mew=2, label="lost points (sum)")
+    lost.axhline(0, color="k", lw=0.8)
+    step.set(xlabel="processes", ylabel="ms per step", title="Step time split (measured, median run)")
+    lost.set(xlabel="processes", ylabel="points of efficiency lost",
+             title=f"Lost efficiency vs the smallest scale ({splits[0].system})")
+    for axes in (step, lost):
+        axes.grid(alpha=0.3, axis="y")
+        axes.legend(fontsize=7)
     figure.tight_layout()
     return figure
 

@@ -10,7 +10,7 @@ import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 import numpy as np
 import tensorflow as tf
 
-from suite.train import dist
+from suite.train import attribution, dist
 from suite.train.checkpoints import TrainingCheckpoints, blocks_after
 from suite.train.mlperf import ABORTED, SUCCESS
 
@@ -177,6 +177,7 @@ class RunOutcome:
     steps: int
     train_seconds: float
     timing: dict
+    window: dict = None  # attribution: the timeline window's record (suite/train/attribution.py)
 
 
 def train(job, world, log, config, say=print, run_dir=None):
@@ -189,6 +190,7 @@ def train(job, world, log, config, say=print, run_dir=None):
                                  allreduce=config.gradient_allreduce)
     eval_step = make_eval_step(job)
     timer = StepTimer(every=config.log_every, samples_per_step=job.local_batch_size)
+    window = attribution.Window(world, timer, run_dir)  # attribution: a few steady steps' timeline
     checkpoints = TrainingCheckpoints(job.model, job.optimizer,
                                       os.path.join(run_dir, "checkpoints") if run_dir else None)
     # The optimizer's slots are made now, before a checkpoint fills them: a step that made them
@@ -218,6 +220,7 @@ def train(job, world, log, config, say=print, run_dir=None):
             if epoch_num is not None:
                 log.epoch_start(epoch_num)
             for _ in range(epoch_steps):
+                window.before_step()  # attribution
                 fetched = time.perf_counter()
                 features, labels = next(iterator)
                 timer.add_wait(time.perf_counter() - fetched)
@@ -232,11 +235,13 @@ def train(job, world, log, config, say=print, run_dir=None):
                 if step == config.poison_weights_at_step:
                     poison(job.model)
                 interval = timer.tick(loss)
+                window.after_step(interval)  # attribution: stops before any other collective
                 if interval:
                     check_finite(loss, step)
                     _report_progress(say, job, world, step, loss, interval)
             if epoch_num is not None:
                 log.epoch_stop(epoch_num)
+        window.stop()  # attribution: before the evaluation's collectives
         if timer.flush(loss):
             check_finite(loss, step)
         log.eval_start(block.eval_epoch_num)
@@ -258,7 +263,8 @@ def train(job, world, log, config, say=print, run_dir=None):
     log.run_stop(status)
     return RunOutcome(status=status, accuracy=accuracy, weights_digest=weights_digest(job.model),
                       evals=evals, steps=step,
-                      train_seconds=time.perf_counter() - run_started, timing=timer.summary())
+                      train_seconds=time.perf_counter() - run_started, timing=timer.summary(),
+                      window=window.record())
 
 
 class NonFiniteLoss(ValueError):

@@ -14,7 +14,7 @@ import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 from suite.common.config import to_dict
 from suite.common.profiles import Timeouts
 from suite.common.workload import Division
-from suite.train import dist, network, peers, rundir, signals
+from suite.train import attribution, dist, network, peers, rundir, signals
 from suite.train.loop import train
 from suite.train.mlperf import ABORTED, MLPerfLog
 
@@ -78,6 +78,7 @@ def run(spec, config, preset, run_dir=None, options=Options()):
 
 def _run(spec, config, preset, run_dir, state, options):
     started = time.time()
+    attribution.enable_timeline()  # attribution: HOROVOD_TIMELINE=DYNAMIC before hvd.init (multi-rank runs)
     state.world = world = dist.initialize(config.cpu_threads)
     if not config.gradient_allreduce and world.size > 1:
         raise dist.LaunchError(f"gradient_allreduce=false is for one process (it leaves Horovod out of "
@@ -137,6 +138,7 @@ def _run(spec, config, preset, run_dir, state, options):
     if world.is_root:
         summary = _summary(spec, job, world, outcome, per_rank, seed, time.time() - started)
         summary.update(gradient_record(job.model, config.fp16_allreduce))
+        summary["attribution"] = attribution.summarize(outcome.window, per_rank, world.size)
         rundir.write_json(os.path.join(run_dir, "summary.json"), summary)
         say(f"run {outcome.status}: accuracy {outcome.accuracy:.4f} after {outcome.steps} steps, "
             f"{outcome.train_seconds / 60:.2f} min from run_start to run_stop")
