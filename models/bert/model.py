@@ -433,3 +433,20 @@ def masked_lm_counts(mlm_logits, labels) -> tuple[tf.Tensor, tf.Tensor]:
     predictions = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)
     correct = tf.cast(tf.equal(predictions, tf.cast(labels["masked_lm_ids"], tf.int32)), tf.float32)
     return tf.reduce_sum(weights * correct), tf.reduce_sum(weights)
+
+
+def training_flops_per_sequence(config: BertConfig, seq_length, max_predictions):
+    """Floating-point operations to train on one sequence: 3 x the forward pass's multiply-adds x 2.
+
+    Per encoder layer, with T tokens of width h and feed-forward width i: the Q, K, V and output
+    projections 4·T·h², the two feed-forward matmuls 2·T·h·i, and attention's scores (QKᵀ) and
+    weighted sum (AV) T²·h each. Then the pooler (h² on the first token) and the next-sentence
+    head (2h), and the masked-LM head on the P masked positions only (the reference gathers them):
+    its transform P·h² and its logits against the tied word embeddings P·h·V. Embedding lookups,
+    softmax, layer norm and GELU are left out (a few % at most). A multiply-add is 2 operations;
+    the backward pass costs twice the forward one (gradients for activations and for weights).
+    """
+    t, h, i = seq_length, config.hidden_size, config.intermediate_size
+    layer = 4 * t * h * h + 2 * t * h * i + 2 * t * t * h
+    heads = h * h + 2 * h + max_predictions * (h * h + h * config.vocab_size)
+    return 3 * 2 * (config.num_hidden_layers * layer + heads)

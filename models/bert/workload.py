@@ -148,7 +148,7 @@ def build_job(config, world, seed):
     """Builds model, optimizer, data and schedule for one run (all of it untimed init)."""
     import tensorflow as tf
     from models.bert import checkpoint, data, optim
-    from models.bert.model import build_pretraining_model, mlperf_tensor_names
+    from models.bert.model import build_pretraining_model, mlperf_tensor_names, training_flops_per_sequence
     from suite.train.loop import set_precision_policy
 
     batch = local_batch_size(config.global_batch_size, world.size, config.accumulation_steps)
@@ -193,6 +193,8 @@ def build_job(config, world, seed):
         learning_rate=lambda step: float(schedule(step)),
         accumulation_steps=config.accumulation_steps, log_samples_trained=True, eval_unit="masked tokens",
         describe_error=(lambda err: data.describe_data_error(err, info)) if info else None,
+        flops_per_sample=training_flops_per_sequence(model_config, config.max_seq_length,
+                                                     config.max_predictions_per_seq),
         details={"bert_config": config_path or "built-in BERT-large", "model": model_config.to_dict(),
                  "init_checkpoint_variables": loaded, "eval_steps": eval_steps(config),
                  "local_batch_size": batch, "micro_batch_size": micro_batch})

@@ -86,7 +86,7 @@ def build_job(config, world, seed):
     """Builds model, optimizer, data and schedule for one run (all of it untimed init)."""
     import tensorflow as tf
     from models.resnet50 import data, optim
-    from models.resnet50.model import build_resnet50, mlperf_tensor_names
+    from models.resnet50.model import build_resnet50, mlperf_tensor_names, training_flops_per_image
     from suite.train.loop import set_precision_policy
 
     batch = local_batch_size(config.global_batch_size, world.size)
@@ -130,6 +130,7 @@ def build_job(config, world, seed):
         tensor_names=list(mlperf_tensor_names(model)),
         learning_rate=lambda step: float(schedule(step)),
         describe_error=(lambda err: data.describe_data_error(err, info)) if info else None,
+        flops_per_sample=training_flops_per_image(config.image_size, config.num_classes),
         details={"steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
                  "warmup_steps": warmup_steps, "local_batch_size": batch})
 

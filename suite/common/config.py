@@ -6,6 +6,8 @@ import types
 import typing
 from dataclasses import dataclass
 
+from suite.common.accelerators import PEAK_TFLOPS
+
 
 class ConfigError(ValueError):
     """A bad preset, key, value or config file; the message is one line naming the culprit."""
@@ -46,6 +48,19 @@ class CommonConfig:
     resume_from: str = ""
     """A checkpoint saved by save_checkpoints (its directory or prefix): training goes on after the
     evaluation it was saved at. Every rank reads it, so multi-node jobs need it on a shared file system."""
+    cpu_threads: int = 0
+    """TensorFlow threads per rank on a CPU (intra-op; inter-op gets the same); 0 lets the suite choose
+    (suite/train/dist.py: the host's cores shared between its local ranks)."""
+    gradient_allreduce: bool = True
+    """Average gradients over ranks with Horovod's DistributedGradientTape. false (one process only)
+    runs the same step with a plain GradientTape: the control that measures Horovod's own cost."""
+    throughput_warmup_steps: int = 5
+    """--throughput: untimed steps first (tracing, allocator and cache warm-up)."""
+    throughput_steps: int = 20
+    """--throughput: timed steps, each ending at a host sync."""
+    accelerator: str = ""
+    """--throughput: the peak that MFU is taken against: a name from suite/common/accelerators.py's
+    PEAK_TFLOPS (e.g. a100, h100-sxm), or empty for a matmul peak measured on this rank's device."""
     poison_weights_at_step: int = 0
     """Testing aid (0: never): after this step every rank sets one weight to NaN, so the next loss is
     not finite and the run must end as aborted. Makes the run open division."""
@@ -62,6 +77,14 @@ class CommonConfig:
         if self.poison_weights_at_step < 0:
             found.append(f"poison_weights_at_step must be 0 (never) or a step number, "
                          f"not {self.poison_weights_at_step}")
+        for name in ("cpu_threads", "throughput_warmup_steps"):
+            if getattr(self, name) < 0:
+                found.append(f"{name} must be 0 or more, not {getattr(self, name)}")
+        if self.throughput_steps <= 0:
+            found.append(f"throughput_steps must be positive, not {self.throughput_steps}")
+        if self.accelerator and self.accelerator not in PEAK_TFLOPS:
+            found.append(f"accelerator must be one of {', '.join(sorted(PEAK_TFLOPS))} or empty (a measured "
+                         f"matmul peak), not {self.accelerator!r}")
         if self.submission_status not in ("cloud", "onprem", "preview", "research"):
             found.append(f"submission_status must be cloud, onprem, preview or research, "
                          f"not {self.submission_status!r}")

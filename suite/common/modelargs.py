@@ -36,6 +36,11 @@ def build_parser(module, title, config_cls, presets, default_preset, parser_clas
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting; repeatable")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--throughput", action="store_true",
+                        help="time the training step alone instead of training to the target: "
+                             "throughput_warmup_steps untimed, then throughput_steps timed; no evaluation "
+                             "and no MLPerf log; per-rank and total samples/s, spread and MFU go to "
+                             "<run-dir>/throughput.json")
     cluster = parser.add_argument_group("cluster")
     cluster.add_argument("--profile", default=os.environ.get(profiles.PROFILE_VARIABLE) or None,
                          metavar="NAME|FILE",

@@ -63,6 +63,9 @@ class Job:
     """What eval_fn's count counts, for progress lines (BERT counts masked tokens)."""
     """Log `train_samples` at the end as the samples actually trained (BERT's convergence unit)."""
     describe_error: Callable[[BaseException], str] = None
+    flops_per_sample: float = 0.0
+    """Floating-point operations to train on one sample (forward and backward), from the model's
+    own formula; the throughput mode's MFU is taken from it."""
     details: dict = field(default_factory=dict)
 
 

@@ -88,29 +88,66 @@ def _check_size(launcher):
                           f"Horovod and mpi4py must use the MPI library of the launcher")
 
 
-def initialize():
-    """Starts Horovod and gives this process its device; call before building any model."""
+def initialize(cpu_threads=0):
+    """Starts Horovod and gives this process its device; call before building any model.
+
+    cpu_threads: TensorFlow threads per rank on a CPU; 0 lets cpu_threads_per_rank choose.
+    """
     suite.require_keras2(tf)
     launcher = detect_launcher()
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        cpu_horovod_defaults(os.environ)  # Horovod reads them in hvd.init
     _start_horovod(launcher)
     _check_size(launcher)
-    gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         _pin_gpu(gpus)
         device = "gpu"
     else:
-        # Share the host's cores between the local ranks instead of each rank taking them all.
-        threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
-        except RuntimeError:
-            pass  # TensorFlow already ran ops in this process (a caller's choice); keep its pools
+        _share_cores(cpu_threads or cpu_threads_per_rank(os.cpu_count() or 1, hvd.local_size()))
         device = "cpu"
     return World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                  local_size=hvd.local_size(), cross_size=hvd.cross_size(),
                  host=socket.gethostname(), launcher=launcher,
                  controller="gloo" if hvd.gloo_enabled() else "mpi", device=device)
+
+
+# What a CPU job's Horovod gets unless its environment says otherwise, so that a raw `horovodrun -np 2
+# python -m models.<model>` runs as fast as the suite's launcher. Chosen from side-by-side runs on
+# the 2-core development machine (BENCHMARKS.md, "Horovod settings on a CPU"): there the compute
+# threads and Horovod's background thread share the same cores, and every wake-up of the background
+# thread takes a core from a convolution.
+CPU_HOROVOD_DEFAULTS = {
+    # A cycle every 20 ms instead of every 1 ms: a CPU step takes seconds, so waiting up to 20 ms
+    # for the last gradient costs under 1% while the background thread wakes 20 times less often.
+    "HOROVOD_CYCLE_TIME": "20",
+}
+
+
+def cpu_horovod_defaults(environ):
+    """Puts CPU_HOROVOD_DEFAULTS into environ where it has no value; returns what it set."""
+    chosen = {key: value for key, value in CPU_HOROVOD_DEFAULTS.items() if key not in environ}
+    environ.update(chosen)
+    return chosen
+
+
+def cpu_threads_per_rank(cores, local_ranks):
+    """TensorFlow intra-op threads for each of a host's local ranks: its share of the cores."""
+    return max(1, cores // local_ranks)
+
+
+def _share_cores(threads):
+    """One pool of `threads` for the kernels and one inter-op thread per rank.
+
+    A single inter-op thread runs one op at a time, each on the intra-op pool: with two, two ops
+    ran at once on the same few cores and competed for them (measured 2-rank ResNet-50 throughput,
+    BENCHMARKS.md).
+    """
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        pass  # TensorFlow already ran ops in this process (a caller's choice); keep its pools
 
 
 def _pin_gpu(gpus):

@@ -15,8 +15,11 @@ from suite.train.checkpoints import TrainingCheckpoints, blocks_after
 from suite.train.mlperf import ABORTED, SUCCESS
 
 
-def make_train_step(job, fp16_allreduce=False, xla=False):
+def make_train_step(job, fp16_allreduce=False, xla=False, allreduce=True):
     """Returns step(features, labels) -> loss: one synchronous data-parallel update.
+
+    allreduce=False leaves Horovod out of the step (a plain tape, no collective): one process only,
+    the control that measures what Horovod itself costs.
 
     With job.accumulation_steps = k > 1 the per-rank batch is split into k micro-batches whose
     gradients are summed locally; one allreduce then averages them over ranks, and the optimizer
@@ -47,7 +50,8 @@ def make_train_step(job, fp16_allreduce=False, xla=False):
     @tf.function
     def step(features, labels):
         loss, scaled, tape = scaled_loss_and_tape(features, labels)
-        tape = dist.distributed_tape(tape, fp16_allreduce)
+        if allreduce:
+            tape = dist.distributed_tape(tape, fp16_allreduce)
         apply(tape.gradient(scaled, model.trainable_variables))
         return loss
 
@@ -63,7 +67,9 @@ def make_train_step(job, fp16_allreduce=False, xla=False):
             grads = tape.gradient(scaled, model.trainable_variables)
             sums = [total + tf.convert_to_tensor(grad) for total, grad in zip(sums, grads)]
             loss_sum += tf.cast(loss, tf.float32)
-        grads = dist.allreduce_gradients([total / micro_batches for total in sums], fp16_allreduce)
+        grads = [total / micro_batches for total in sums]
+        if allreduce:
+            grads = dist.allreduce_gradients(grads, fp16_allreduce)
         apply(grads)
         return loss_sum / micro_batches
 
@@ -179,7 +185,8 @@ def train(job, world, log, config, say=print, run_dir=None):
     Logs init_stop and run_start itself, so everything before this call is untimed init.
     `say` prints a progress line (already rank-0 gated by the caller).
     """
-    train_step = make_train_step(job, fp16_allreduce=config.fp16_allreduce, xla=config.xla)
+    train_step = make_train_step(job, fp16_allreduce=config.fp16_allreduce, xla=config.xla,
+                                 allreduce=config.gradient_allreduce)
     eval_step = make_eval_step(job)
     timer = StepTimer(every=config.log_every, samples_per_step=job.local_batch_size)
     checkpoints = TrainingCheckpoints(job.model, job.optimizer,

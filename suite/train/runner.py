@@ -43,7 +43,8 @@ def main(spec, argv=None):
         return _fail(rank, err, code=2)
     from suite.train.session import Options, run
     return run(spec, config, args.preset, args.run_dir,
-               Options(profile=profile, profile_record=record, require_rdma=args.require_rdma))
+               Options(profile=profile, profile_record=record, require_rdma=args.require_rdma,
+                       throughput=args.throughput))
 
 
 def apply_profile(name_or_path, environ=os.environ):

@@ -40,6 +40,7 @@ class Options:
     profile: object = None          # suite.common.profiles.Profile, or None
     profile_record: dict = None     # what applying it did (profiles.apply)
     require_rdma: bool = False
+    throughput: bool = False        # time the train step alone (suite/train/throughput.py)
 
 
 class _Run:
@@ -77,7 +78,11 @@ def run(spec, config, preset, run_dir=None, options=Options()):
 
 def _run(spec, config, preset, run_dir, state, options):
     started = time.time()
-    state.world = world = dist.initialize()
+    state.world = world = dist.initialize(config.cpu_threads)
+    if not config.gradient_allreduce and world.size > 1:
+        raise dist.LaunchError(f"gradient_allreduce=false is for one process (it leaves Horovod out of "
+                               f"the step), but {world.launcher} started {world.size}; drop the setting "
+                               f"or run -np 1")
     ranks = dist.allgather_object({"rank": world.rank, "host": world.host, "local_rank": world.local_rank,
                                    "pid": os.getpid()}, "ranks")
     state.watch = _watch_peers(state, world, ranks, options)
@@ -91,7 +96,8 @@ def _run(spec, config, preset, run_dir, state, options):
     state.run_dir = run_dir = dist.broadcast_value(run_dir or rundir.default_run_dir(preset),
                                                    "run_dir")
     log_path = _on_root(world, lambda: rundir.prepare(run_dir), "run_dir_ready")
-    state.log = log = MLPerfLog(log_path, enabled=world.is_root)
+    # A throughput run is not an MLPerf run: it writes no result log.
+    state.log = log = MLPerfLog(log_path, enabled=world.is_root and not options.throughput)
     log.event("cache_clear", _clear_page_cache_on_every_host(world) if config.clear_cache else False)
     log.start("init_start")
     say(f"{spec.title}: preset {preset}, {world.size} rank(s) via {world.launcher} on {world.device}, "
@@ -120,6 +126,10 @@ def _run(spec, config, preset, run_dir, state, options):
     if job.division.reasons:
         say(f"open division: {'; '.join(job.division.reasons)}")
 
+    if options.throughput:
+        _measure_throughput(job, world, config, run_dir, say)
+        log.close()
+        return 0
     state.started = True
     outcome = train(job, world, log, config, say=say, run_dir=run_dir)
     per_rank = dist.allgather_object({**outcome.timing, "host": world.host,
@@ -134,6 +144,22 @@ def _run(spec, config, preset, run_dir, state, options):
         say(f"summary:    {os.path.join(run_dir, 'summary.json')}")
     log.close()
     return 0
+
+
+def _measure_throughput(job, world, config, run_dir, say):
+    """--throughput: every rank times the train step; rank 0 writes throughput.json and prints it."""
+    from suite.train import throughput
+    record = throughput.measure(job, config)
+    peak, source = throughput.peak_for_run(config, world.device)
+    gathered = dist.allgather_object({"record": record, "host": world.host, "peak": peak}, "throughput")
+    if world.is_root:
+        result = throughput.summarize([g["record"] for g in gathered], [g["host"] for g in gathered],
+                                      job.local_batch_size, job.flops_per_sample,
+                                      [g["peak"] for g in gathered], source)
+        rundir.write_json(os.path.join(run_dir, "throughput.json"), result)
+        for line in throughput.describe(result, "sequences" if job.benchmark == "bert" else "samples"):
+            say(line)
+        say(f"throughput: {os.path.join(run_dir, 'throughput.json')}")
 
 
 def _watch_peers(state, world, ranks, options):
