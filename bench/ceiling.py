@@ -37,7 +37,7 @@ BIN = os.path.dirname(sys.executable)
 TWO_RANKS = ("horovodrun", "-np", "2", "-H", "localhost:2")
 # The pools one rank of a 2-rank run on this machine uses, given to the canonical ceiling's processes.
 CANONICAL_CEILING_ENV = (("TF_NUM_INTRAOP_THREADS", "1"), ("TF_NUM_INTEROP_THREADS", "1"))
-RUN_DIR = "DIR"  # the run folder as the printed commands show it
+RUN_DIRS = ("DIR", "DIR2")  # the run folders of a variant's copies, as the printed commands show them
 
 
 @dataclass(frozen=True)
@@ -170,13 +170,11 @@ def command(workload, variant, run_dir):
                        *[arg for item in sets for arg in ("--set", item)], "--run-dir", run_dir]
 
 
-def shown(argv, env=(), run_dir=None, bert_config_path=None):
-    """The command as a user types it from the repository root, with placeholders for the temporary paths."""
+def shown(argv, env=(), placeholders=None):
+    """The command as a user types it from the repository root, {temporary path: placeholder} replaced."""
     text = shlex.join(argv)
-    if run_dir:
-        text = text.replace(run_dir, RUN_DIR)
-    if bert_config_path:
-        text = text.replace(bert_config_path, "bert_config.json")
+    for path, placeholder in (placeholders or {}).items():
+        text = text.replace(path, placeholder)
     return " ".join([*(f"{name}={value}" for name, value in env), text])
 
 
@@ -194,8 +192,7 @@ class BenchError(RuntimeError):
 
 
 def run_variant(workload, variant, round_index, work, timeout):
-    """Starts the variant's copies at once, waits for all, returns (their results, the first copy's argv
-    and run folder)."""
+    """Starts the variant's copies at once, waits for all; returns their results, argvs and run folders."""
     run_dirs = [os.path.join(work, f"{workload.key}-{variant.key}-{round_index}-{copy}")
                 for copy in range(variant.copies)]
     argvs = [command(workload, variant, run_dir) for run_dir in run_dirs]
@@ -208,7 +205,7 @@ def run_variant(workload, variant, round_index, work, timeout):
     for argv, error in zip(argvs, errors):
         if error is not None:
             raise BenchError(f"{shlex.join(argv)} failed: {error}")
-    return [_read_result(run_dir, argv) for run_dir, argv in zip(run_dirs, argvs)], argvs[0], run_dirs[0]
+    return [_read_result(run_dir, argv) for run_dir, argv in zip(run_dirs, argvs)], argvs, run_dirs
 
 
 def _finish(job, timeout):
@@ -234,14 +231,14 @@ def _read_result(run_dir, argv):
         raise BenchError(f"{shlex.join(argv)} left no readable {path}: {error}") from None
 
 
-def row_of(workload, variant, round_index, results, argv, run_dir, bert_config_path):
+def row_of(workload, variant, round_index, results, commands):
     """One measured run as a JSON row; a ceiling's figure is the sum of its independent processes."""
     per_process = [rank for result in results for rank in result["per_rank"]]
     return {"model": workload.key, "variant": variant.key, "label": variant.label, "round": round_index,
             "unit": workload.unit, "samples_per_second": sum(r["samples_per_second"] for r in results),
             "per_process": per_process, "step_ms_p50": [rank.get("step_ms_p50") for rank in per_process],
             "timed_overlap": timed_overlap(per_process) if variant.copies > 1 else None,
-            "command": shown(argv, variant.env, run_dir, bert_config_path),
+            "commands": commands,
             "copies": variant.copies, "ranks": variant.ranks, "load_average_after": list(os.getloadavg())}
 
 
@@ -270,8 +267,11 @@ def measure(chosen, rounds, timeout, work, bert_config_path, log):
         for workload in chosen:
             for variant in round_order(round_index):
                 started = time.monotonic()
-                results, argv, run_dir = run_variant(workload, variant, round_index, work, timeout)
-                rows.append(row_of(workload, variant, round_index, results, argv, run_dir, bert_config_path))
+                results, argvs, run_dirs = run_variant(workload, variant, round_index, work, timeout)
+                placeholders = [{run_dir: name, bert_config_path: "bert_config.json"}
+                                for run_dir, name in zip(run_dirs, RUN_DIRS)]
+                commands = [shown(argv, variant.env, names) for argv, names in zip(argvs, placeholders)]
+                rows.append(row_of(workload, variant, round_index, results, commands))
                 log(f"round {round_index} {workload.key} {variant.key}: {rows[-1]['samples_per_second']:.2f} "
                     f"{workload.unit} ({time.monotonic() - started:.0f} s, load {os.getloadavg()[0]:.2f})")
     return rows
@@ -406,19 +406,38 @@ def _workload_tables(rows, workload):
         value = ratio_of_medians(ratio, rows, workload.key)
         if value is None:
             continue
-        unit = " %" if ratio.as_cost else ""
-        rounds = ", ".join(f"{v:.2f}{unit}" for v in ratio_per_round(ratio, rows, workload.key))
+        rounds = ", ".join(_ratio_text(ratio, v) for v in ratio_per_round(ratio, rows, workload.key))
         target = verdict(ratio, workload.key, value)
-        lines.append(f"| {ratio.label} | {value:.2f}{unit} | {rounds} | {target} |")
-    lines += ["", "Commands (from the repository root, `.venv/bin` first on PATH; DIR a fresh folder):", ""]
+        lines.append(f"| {ratio.label} | {_ratio_text(ratio, value)} | {rounds} | {target} |")
+    lines += ["", "Commands (from the repository root, `.venv/bin` first on PATH; DIR, DIR2 new folders):",
+              ""]
     lines += [f"- {variant.label}: `{_command_of(rows, workload.key, variant)}`"
               for variant in VARIANTS if variant.key in found]
     lines += [f"- {name}: `{text}`" for name, text in workload.files]
-    overlaps = [row["timed_overlap"] for row in rows if row["model"] == workload.key and row["timed_overlap"]]
-    if overlaps:
-        lines += ["", f"The ceiling's processes timed at once for at least {100 * min(overlaps):.0f} % of "
-                  f"their timed steps (where they report their timing windows)."]
-    return lines + [""]
+    return lines + ["", *_overlap_lines(rows, workload.key), ""]
+
+
+def _overlap_lines(rows, model):
+    """Whether each ceiling's independent processes really timed at once, as far as they tell."""
+    lines = []
+    for variant in VARIANTS:
+        overlaps = [row["timed_overlap"] for row in rows if row["model"] == model
+                    and row["variant"] == variant.key and row["copies"] > 1]
+        if not overlaps:
+            continue
+        known = [value for value in overlaps if value is not None]
+        if known:
+            lines.append(f"{variant.label}: the two processes timed at once for {100 * min(known):.0f} % of "
+                         f"the longer timed span at the least (over {len(known)} round(s)).")
+        else:
+            lines.append(f"{variant.label}: its results give no timing window, so whether the two "
+                         f"processes timed at once is not checked.")
+    return lines
+
+
+def _ratio_text(ratio, value):
+    """Three decimals for a ratio, so that one just under a target does not print as on it; a cost in %."""
+    return f"{value:.1f} %" if ratio.as_cost else f"{value:.3f}"
 
 
 def _per_process(rows, model, variant_key):
@@ -428,8 +447,10 @@ def _per_process(rows, model, variant_key):
 
 
 def _command_of(rows, model, variant):
-    text = next(row["command"] for row in rows if row["model"] == model and row["variant"] == variant.key)
-    return f"{text} & {text}; wait" if variant.copies > 1 else text
+    """One command, or the copies started at once: `a & b; wait`."""
+    commands = next(row["commands"] for row in rows
+                    if row["model"] == model and row["variant"] == variant.key)
+    return " & ".join(commands) + ("; wait" if len(commands) > 1 else "")
 
 
 # ---------------------------------------------------------------- entry point
