@@ -380,10 +380,22 @@ def markdown(rows, chosen, facts, invocation, rounds):
              f"Machine: nproc {facts['nproc']}, {facts['cpu_model']}, {facts['memory_gib']} GiB; Python "
              f"{facts['python']}, TensorFlow {facts['tensorflow']}, Horovod {facts['horovod']}; revision "
              f"{facts['git_revision']}. Load average (1, 5, 15 min) at the start "
-             f"{_load(facts['load_average_start'])}, at the end {_load(facts['load_average_end'])}.", ""]
+             f"{_load(facts['load_average_start'])}, at the end {_load(facts['load_average_end'])}.",
+             *_load_warning(rows, facts["nproc"]), ""]
     for workload in chosen:
         lines += _workload_tables(rows, workload)
     return "\n".join(lines)
+
+
+def _load_warning(rows, cores):
+    """A line when the 1-minute load after some run was above the core count: other work shared the cores."""
+    loads = [row["load_average_after"][0] for row in rows if row.get("load_average_after")]
+    if not loads or max(loads) <= cores:
+        return []
+    busy = sum(load > cores for load in loads)
+    return [f"The 1-minute load average after {busy} of {len(loads)} runs was above the {cores} cores "
+            f"(highest {max(loads):.2f}): other work shared the machine, so these figures are its, not "
+            f"an idle machine's."]
 
 
 def _load(values):

@@ -131,6 +131,11 @@ def test_the_report_shows_every_variant_ratio_and_the_machine():
     assert "| Horovod's cost at 1 rank, suite (1 - with / without allreduce) | 3.4 % | 0.0 %, 6.2 % |" \
         in text
     assert "| 8.00 + 8.00 |" in text  # the last round's processes of the ceiling
+    assert "other work shared the machine" not in text
+    rows[0]["load_average_after"] = [3.5, 1.0, 1.0]
+    rows[1]["load_average_after"] = [1.5, 1.0, 1.0]
+    busy = ceiling.markdown(rows, [workload], facts, "bench/ceiling.py", 2)
+    assert "after 1 of 2 runs was above the 2 cores (highest 3.50): other work shared the machine" in busy
     assert "`python a --run-dir DIR & python a --run-dir DIR2; wait`" in text
     assert "suite, 2 independent processes at once, 1 thread each: its results give no timing window" in text
 
