@@ -32,6 +32,8 @@ ROWS = (
     ("MPI, the suite's defaults (cycle 20 ms, 1 inter-op thread)", (), {}),
     ("MPI, the suite's defaults, waiting ranks yield the core (mpi_yield_when_idle)", (),
      {"OMPI_MCA_mpi_yield_when_idle": "1"}),
+    ("MPI, the suite's defaults, Horovod's timeline enabled (HOROVOD_TIMELINE=DYNAMIC, not recording)", (),
+     {"HOROVOD_TIMELINE": "DYNAMIC"}),
     ("Gloo, Horovod and TF defaults", ("--gloo",), HOROVOD_AND_TF_DEFAULTS),
     ("Gloo, the suite's defaults", ("--gloo",), {}),
 )

@@ -235,14 +235,16 @@ def test_a_failing_analysis_never_fails_the_run():
 
 @pytest.mark.parametrize("env, expected", [
     ({"HOROVOD_SIZE": "2"}, "DYNAMIC"),
+    ({"HOROVOD_SIZE": "2", "on": "cpu"}, None),  # the writer thread's spin would take a core
+    ({"HOROVOD_SIZE": "2", "on": "cpu", "HOROVOD_TIMELINE": "DYNAMIC"}, "DYNAMIC"),  # asked for
     ({"OMPI_COMM_WORLD_SIZE": "4"}, "DYNAMIC"),
     ({"HOROVOD_SIZE": "1"}, None),
     ({"SLURM_NTASKS": "8"}, None),  # an sbatch script's lone process: srun sets the step's own count
     ({}, None),
     ({"HOROVOD_SIZE": "2", "HOROVOD_TIMELINE": "/results/tl.json"}, "/results/tl.json"),
 ])
-def test_the_dynamic_timeline_is_enabled_for_multi_rank_jobs_only(env, expected):
-    attribution.enable_timeline(env)
+def test_the_dynamic_timeline_is_enabled_for_multi_rank_gpu_jobs_only(env, expected):
+    attribution.enable_timeline(env, gpu=env.pop("on", "gpu") == "gpu")
     assert env.get("HOROVOD_TIMELINE") == expected
 
 

@@ -16,7 +16,8 @@ STATED_ACCURACY = 0.9  # README: the tiny learnable preset reaches 0.9 top-1 (4 
 @pytest.mark.slow
 def test_make_demo_learns_and_passes_the_checker(tmp_path):
     demo = tmp_path / "demo"
-    result = run(["make", "-C", REPO, "demo", f"DEMO={demo}"], timeout=900)
+    # On a CPU the step split's timeline is recorded only when asked for (it costs a core on rank 0).
+    result = run(["make", "-C", REPO, "demo", f"DEMO={demo}"], timeout=900, HOROVOD_TIMELINE="DYNAMIC")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"MLPerf log: {demo}/run/result_0.txt" in result.stdout
     summary = read_json(demo / "run" / "summary.json")

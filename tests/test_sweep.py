@@ -30,8 +30,13 @@ SYSTEMS = ("local-cpu_n1_np1", "local-cpu_n1_np2")
 ENV_LINE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def sweep_cli(*args, timeout=60):
-    return run([sys.executable, "-m", "suite.cluster.sweep", *args], timeout=timeout)
+# On a CPU the runs record the timeline window of their step split only when asked for (it costs a
+# core on rank 0; suite/train/attribution.py): the shared sweep asks, so its report can split.
+ASK_FOR_TIMELINE = {"HOROVOD_TIMELINE": "DYNAMIC"}
+
+
+def sweep_cli(*args, timeout=60, **env):
+    return run([sys.executable, "-m", "suite.cluster.sweep", *args], timeout=timeout, **env)
 
 
 def dry_run(*args):
@@ -290,7 +295,7 @@ def swept(tmp_path_factory):
     started = time.time()
     faults, finished = sweep_through_faults(args, out, random.Random(seed), root / "faults")
     faults_seconds = time.time() - started
-    result = sweep_cli(*args, timeout=1800)
+    result = sweep_cli(*args, timeout=1800, **ASK_FOR_TIMELINE)
     seconds = time.time() - started
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     print(f"sweep of 2 scales x 5 runs through {len(faults)} faults: {seconds:.0f} s "
@@ -314,7 +319,8 @@ def sweep_through_faults(args, out, rng, logs):
     for number, signum in enumerate(FAULTS):
         log = logs / f"{number:02d}-{signal.Signals(signum).name}.txt"
         job = subprocess.Popen([sys.executable, "-m", "suite.cluster.sweep", *args], cwd=REPO,
-                               env=subprocess_env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
+                               env=subprocess_env(**ASK_FOR_TIMELINE), stdout=log.open("w"),
+                               stderr=subprocess.STDOUT)
         started = time.time()
         runs_left = RUNS - sum(status == "done" for status, _ in _statuses(out).values())
         if runs_left > 2 and 2 * runs_left > len(FAULTS) - number:

@@ -48,17 +48,21 @@ class TimelineError(ValueError):
 
 # ---- before hvd.init ----
 
-def enable_timeline(env=None):
+def enable_timeline(env=None, gpu=True):
     """Lets rank 0 record a window of Horovod's timeline later: HOROVOD_TIMELINE=DYNAMIC if unset.
 
-    Only for a job of more than one process: one rank negotiates nothing, and the enabled timeline
-    keeps a writer thread busy on rank 0 for the whole run. A user's own HOROVOD_TIMELINE (a file, as
-    the launchers' --timeline and a profile's `timeline: true` set it) is left alone; the window is
-    then read from that file.
+    Only for a job of more than one process (one rank negotiates nothing), and by default only on
+    GPUs: an enabled timeline keeps a writer thread spinning on rank 0 for the whole run (Horovod's
+    TimelineWriter::WriterLoop polls its queue with a bare yield), which on a CPU host takes a core
+    from the kernels. Measured on 2 CPU ranks: BENCHMARKS.md, "Horovod and thread settings on a CPU".
+    A GPU rank has cores to spare (16 per GPU on a BM.GPU.GM4.8). On a CPU, set
+    HOROVOD_TIMELINE=DYNAMIC yourself to get the split at that price. A user's own HOROVOD_TIMELINE
+    (a file, as the launchers' --timeline and a profile's `timeline: true` set it) is left alone; the
+    window is then read from that file.
     """
     env = os.environ if env is None else env
     sizes = [env[key] for key in SIZE_VARIABLES if env.get(key, "").isdigit()]
-    if sizes and int(sizes[0]) > 1:
+    if gpu and sizes and int(sizes[0]) > 1:
         env.setdefault(TIMELINE_VARIABLE, DYNAMIC)
 
 

@@ -88,6 +88,11 @@ def _check_size(launcher):
                           f"Horovod and mpi4py must use the MPI library of the launcher")
 
 
+def gpus_visible():
+    """True when TensorFlow sees a GPU (callable before Horovod starts)."""
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
 def initialize(cpu_threads=0):
     """Starts Horovod and gives this process its device; call before building any model.
 

@@ -78,7 +78,8 @@ def run(spec, config, preset, run_dir=None, options=Options()):
 
 def _run(spec, config, preset, run_dir, state, options):
     started = time.time()
-    attribution.enable_timeline()  # attribution: HOROVOD_TIMELINE=DYNAMIC before hvd.init (multi-rank runs)
+    # attribution: HOROVOD_TIMELINE=DYNAMIC before hvd.init (multi-rank GPU runs)
+    attribution.enable_timeline(gpu=dist.gpus_visible())
     state.world = world = dist.initialize(config.cpu_threads)
     if not config.gradient_allreduce and world.size > 1:
         raise dist.LaunchError(f"gradient_allreduce=false is for one process (it leaves Horovod out of "
