@@ -126,6 +126,7 @@ def test_throughput_over_two_ranks_reports_each_rank_and_their_sum(tmp_path):
     env = read_json(tmp_path / "t" / "env.json")
     # The CPU defaults reach a raw horovodrun launch from inside the process.
     assert env["environment"]["HOROVOD_CYCLE_TIME"] == "20"
+    assert env["environment"]["OMPI_MCA_mpi_yield_when_idle"] == "1"
 
 
 def test_gradient_allreduce_off_is_refused_on_more_than_one_rank(tmp_path):

@@ -119,21 +119,27 @@ def initialize(cpu_threads=0):
                  controller="gloo" if hvd.gloo_enabled() else "mpi", device=device)
 
 
-# What a CPU job's Horovod gets unless its environment says otherwise, so that a raw `horovodrun -np 2
-# python -m models.<model>` runs as fast as the suite's launcher. Chosen from side-by-side runs on
-# the 2-core development machine (BENCHMARKS.md, "Horovod settings on a CPU"): there the compute
-# threads and Horovod's background thread share the same cores, and every wake-up of the background
-# thread takes a core from a convolution.
-CPU_HOROVOD_DEFAULTS = {
+# What a CPU job's Horovod and MPI get unless its environment says otherwise, so that a raw
+# `horovodrun -np 2 python -m models.<model>` runs as fast as the suite's launcher. Chosen from
+# side-by-side runs on the 2-core development machine (BENCHMARKS.md, "Horovod and thread settings
+# on a CPU"): there the kernels, Horovod's background thread and MPI share the same cores, and every
+# cycle spent polling takes a core from a convolution. Both are read when Horovod and MPI start
+# in this process, so setting them here reaches every launcher.
+CPU_DEFAULTS = {
     # A cycle every 20 ms instead of every 1 ms: a CPU step takes seconds, so waiting up to 20 ms
     # for the last gradient costs under 1% while the background thread wakes 20 times less often.
     "HOROVOD_CYCLE_TIME": "20",
+    # A rank waiting in MPI yields its core instead of spinning on it (Open MPI's
+    # mpi_yield_when_idle, `ompi_info`). Open MPI turns it on only when it sees more ranks than
+    # slots; here each rank runs TensorFlow threads as well, so the cores are oversubscribed all the
+    # same. Ignored by other MPIs and by Gloo.
+    "OMPI_MCA_mpi_yield_when_idle": "1",
 }
 
 
 def cpu_horovod_defaults(environ):
-    """Puts CPU_HOROVOD_DEFAULTS into environ where it has no value; returns what it set."""
-    chosen = {key: value for key, value in CPU_HOROVOD_DEFAULTS.items() if key not in environ}
+    """Puts CPU_DEFAULTS into environ where it has no value; returns what it set."""
+    chosen = {key: value for key, value in CPU_DEFAULTS.items() if key not in environ}
     environ.update(chosen)
     return chosen
 
