@@ -20,7 +20,8 @@ tensor's response is cached (every later step, with Horovod's default response c
 agree with one bitwise allreduce per cycle and the timeline marks only when the first rank and when
 the last rank had the tensor ready, not which rank was which. So the job's imbalance is always
 measured, but a rank's own wait (and so its own compute) only where the timeline names the ranks.
-Readiness is seen once per Horovod cycle (HOROVOD_CYCLE_TIME, 1 ms by default).
+Readiness is seen once per Horovod cycle (HOROVOD_CYCLE_TIME: Horovod's 1 ms on GPUs, the suite's
+20 ms on CPUs, whose steps take seconds).
 
 This module imports neither TensorFlow nor Horovod at the top: the arithmetic is plain Python.
 """
