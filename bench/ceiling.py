@@ -198,10 +198,13 @@ def run_variant(workload, variant, round_index, work, timeout):
     argvs = [command(workload, variant, run_dir) for run_dir in run_dirs]
     for run_dir in run_dirs:
         os.makedirs(run_dir)
-    # Each job in a session of its own, so that a timeout ends horovodrun's ranks with it.
+    # Each job in a session of its own, so that ending it ends horovodrun's ranks with it.
     jobs = [subprocess.Popen(argv, cwd=REPO, env=job_env(variant), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, start_new_session=True) for argv in argvs]
-    errors = [_finish(job, timeout) for job in jobs]
+    try:
+        errors = [_finish(job, timeout) for job in jobs]
+    finally:
+        _end_unfinished(jobs)  # after an error or an interruption: no job is left running
     for argv, error in zip(argvs, errors):
         if error is not None:
             raise BenchError(f"{shlex.join(argv)} failed: {error}")
@@ -213,13 +216,22 @@ def _finish(job, timeout):
     try:
         _, stderr = job.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
+        _end_unfinished([job])
         return f"no result after {timeout} s"
     if job.returncode == 0:
         return None
     lines = [line for line in stderr.splitlines() if line.strip()]
     return f"exit {job.returncode}: {lines[-1] if lines else 'no output'}"
+
+
+def _end_unfinished(jobs):
+    for job in jobs:
+        if job.poll() is None:
+            try:
+                os.killpg(job.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended meanwhile
+            job.communicate()
 
 
 def _read_result(run_dir, argv):
@@ -262,7 +274,7 @@ def round_order(round_index):
 
 
 def measure(chosen, rounds, timeout, work, bert_config_path, log):
-    rows = []
+    """Yields each run's row as it ends."""
     for round_index in range(1, rounds + 1):
         for workload in chosen:
             for variant in round_order(round_index):
@@ -271,10 +283,10 @@ def measure(chosen, rounds, timeout, work, bert_config_path, log):
                 placeholders = [{run_dir: name, bert_config_path: "bert_config.json"}
                                 for run_dir, name in zip(run_dirs, RUN_DIRS)]
                 commands = [shown(argv, variant.env, names) for argv, names in zip(argvs, placeholders)]
-                rows.append(row_of(workload, variant, round_index, results, commands))
-                log(f"round {round_index} {workload.key} {variant.key}: {rows[-1]['samples_per_second']:.2f} "
+                row = row_of(workload, variant, round_index, results, commands)
+                log(f"round {round_index} {workload.key} {variant.key}: {row['samples_per_second']:.2f} "
                     f"{workload.unit} ({time.monotonic() - started:.0f} s, load {os.getloadavg()[0]:.2f})")
-    return rows
+                yield row
 
 
 # ---------------------------------------------------------------- arithmetic on rows
@@ -375,8 +387,9 @@ def _git_revision():
     return (result.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
 
 
-def markdown(rows, chosen, facts, invocation, rounds):
-    lines = [f"Measured {facts['date_utc']} with `{invocation}`: {rounds} round(s), alternating order.",
+def markdown(rows, chosen, facts, invocation, rounds, complete=True):
+    cut = "" if complete else f" Interrupted after {len(rows)} run(s): the tables hold those alone."
+    lines = [f"Measured {facts['date_utc']} with `{invocation}`: {rounds} round(s), alternating order.{cut}",
              f"Machine: nproc {facts['nproc']}, {facts['cpu_model']}, {facts['memory_gib']} GiB; Python "
              f"{facts['python']}, TensorFlow {facts['tensorflow']}, Horovod {facts['horovod']}; revision "
              f"{facts['git_revision']}. Load average (1, 5, 15 min) at the start "
@@ -496,23 +509,49 @@ def main(argv=None):
     given = argv if argv is not None else sys.argv[1:]
     invocation = shlex.join([".venv/bin/python", "bench/ceiling.py", *given])
     facts = machine_facts()
+    rows, status = [], 0
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     with tempfile.TemporaryDirectory(prefix="ceiling-") as work:
         config_path = os.path.join(work, "bert_config.json")
         sizes = QUICK if args.quick else FULL
         known = workloads(sizes, config_path, bert_config(sizes, config_path))
         chosen = [known[key] for key in chosen_keys]
         try:
-            rows = measure(chosen, args.rounds, args.timeout, work, config_path,
-                           lambda text: print(text, file=sys.stderr, flush=True))
+            for row in measure(chosen, args.rounds, args.timeout, work, config_path,
+                               lambda text: print(text, file=sys.stderr, flush=True)):
+                rows.append(row)
+                _write_rows(args.out, facts, invocation, rows)  # a run cut short keeps what it measured
         except BenchError as error:
             print(f"ceiling.py: {error}", file=sys.stderr)
             return 1
+        except (KeyboardInterrupt, Interrupted) as stop:
+            status = 128 + (stop.signum if isinstance(stop, Interrupted) else signal.SIGINT)
+            print(f"ceiling.py: interrupted after {len(rows)} run(s); the report covers those",
+                  file=sys.stderr)
     facts["load_average_end"] = list(os.getloadavg())
-    print(markdown(rows, chosen, facts, invocation, args.rounds))
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump({"machine": facts, "invocation": invocation, "rows": rows}, handle, indent=2)
-    return 0
+    _write_rows(args.out, facts, invocation, rows)
+    print(markdown(rows, chosen, facts, invocation, args.rounds, complete=status == 0))
+    return status
+
+
+class Interrupted(Exception):
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signum)
+
+
+def _write_rows(out, facts, invocation, rows):
+    if not out:
+        return
+    partial = out + ".partial"
+    with open(partial, "w") as handle:
+        json.dump({"machine": facts, "invocation": invocation, "rows": rows}, handle, indent=2)
+    os.replace(partial, out)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """bench/ceiling.py's arithmetic and commands on hand-made rows; the canonical scripts train for real."""
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
-from conftest import REPO, read_json, run
+from conftest import REPO, read_json, run, subprocess_env
 
 sys.path.append(os.path.join(REPO, "bench"))
 import ceiling  # noqa: E402
@@ -146,6 +149,38 @@ def test_bad_flags_are_one_line_naming_the_flag(tmp_path):
         result = run([sys.executable, "bench/ceiling.py", *flags], timeout=60)
         assert result.returncode == 2, result.stderr
         assert named in result.stderr.strip().splitlines()[-1]
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+def test_sigterm_ends_the_running_job_and_reports_what_was_measured(tmp_path):
+    out = tmp_path / "rows.json"
+    bench = subprocess.Popen([sys.executable, "bench/ceiling.py", "--quick", "--models", "resnet50", "--out",
+                              str(out)], cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not _children(bench.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    started = _children(bench.pid)
+    assert started, "the bench started no run within 30 s"
+    bench.send_signal(signal.SIGTERM)
+    stdout, stderr = bench.communicate(timeout=30)
+    assert bench.returncode == 128 + signal.SIGTERM, stderr
+    assert "interrupted after 0 run(s)" in stderr
+    assert "Interrupted after 0 run(s)" in stdout
+    assert not [pid for pid in started if os.path.exists(f"/proc/{pid}")]
+    assert read_json(out)["rows"] == []
 
 
 @pytest.mark.slow
