@@ -49,8 +49,9 @@ class CommonConfig:
     """A checkpoint saved by save_checkpoints (its directory or prefix): training goes on after the
     evaluation it was saved at. Every rank reads it, so multi-node jobs need it on a shared file system."""
     cpu_threads: int = 0
-    """TensorFlow threads per rank on a CPU (intra-op; inter-op gets the same); 0 lets the suite choose
-    (suite/train/dist.py: the host's cores shared between its local ranks)."""
+    """TensorFlow kernel (intra-op) threads per rank on a CPU; 0 lets the suite choose: the host's cores
+    shared between its local ranks. A rank with fewer than the host's cores runs one inter-op thread
+    (suite/train/dist.py, inter_op_threads)."""
     gradient_allreduce: bool = True
     """Average gradients over ranks with Horovod's DistributedGradientTape. false (one process only)
     runs the same step with a plain GradientTape: the control that measures Horovod's own cost."""
