@@ -1025,7 +1025,7 @@ def _plot_attribution(plt, data, threshold_pct, scaling_mode):
     lost.axhline(0, color="k", lw=0.8)
     step.set(xlabel="processes", ylabel="ms per step", title="Step time split (measured, median run)")
     lost.set(xlabel="processes", ylabel="points of efficiency lost",
-             title=f"Lost efficiency vs the smallest scale ({splits[0].system})")
+             title=f"Lost efficiency vs {splits[0].np} process{'es' if splits[0].np > 1 else ''}")
     for axes in (step, lost):
         axes.grid(alpha=0.3, axis="y")
         axes.legend(fontsize=7)
