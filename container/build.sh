@@ -7,7 +7,7 @@
 #   --device      which image (default: all): gpu = container/Dockerfile.gpu (NGC base),
 #                 cpu = container/Dockerfile.cpu (the README set-up)
 #   --engine      docker (default) or buildah (Debian's; RUN steps under chroot isolation, layers
-#                 cached, and the Horovod wheel and pip caches in $SUITE_CACHE_DIR/images mounted in)
+#                 cached, and the Horovod wheel cache $SUITE_CACHE_DIR/images/wheels mounted in)
 #   --base-image  build argument BASE_IMAGE: the Debian + Python 3.11 image under the CPU image and
 #                 the GPU image's suite-check stage (default: the Dockerfiles')
 #   --target      build up to this stage only, e.g. --device gpu --target suite-check (no NGC base)
@@ -104,21 +104,22 @@ run() {
 }
 
 # buildah: docker's image format (it keeps SHELL), RUN steps chrooted (no runtime needed), every
-# step's layer cached as docker does, and setup.sh's Horovod wheel and pip's downloads kept on the
-# host between builds, so a build whose set-up layer changed still compiles Horovod only once.
-# pip in the build trusts the host's CA bundle, so a build behind a TLS-inspecting proxy reaches
-# the package index as the host does (a pip.conf beside the caches says where it is mounted).
+# step's layer cached as docker does, and setup.sh's Horovod wheel kept on the host between builds,
+# so a build whose set-up layer changed still compiles Horovod only once. pip in the build trusts
+# the host's CA bundle, so a build behind a TLS-inspecting proxy reaches the package index as the
+# host does: a copy of it and a pip.conf naming it, mounted as pip's site-wide configuration.
 buildah_build() {
   local cache=${SUITE_CACHE_DIR:-$HOME/.cache/mlperf-hvd-suite}/images
   local ca_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
-  local mounts=(--volume "$cache/wheels:/root/.cache/mlperf-hvd-suite/wheels"
-                --volume "$cache/pip:/root/.cache/pip")
-  if [[ -f $ca_bundle ]]; then
-    mounts+=(--volume "$ca_bundle:/etc/mlperf-build-ca.crt:ro" --volume "$cache/pip.conf:/etc/pip.conf:ro")
-  fi
+  local mounts=(--volume "$cache/wheels:/root/.cache/mlperf-hvd-suite/wheels")
+  [[ ! -f $ca_bundle ]] || mounts+=(--volume "$cache/pip-config:/etc/xdg/pip:ro")
   if ((!dry_run)); then
-    mkdir -p "$cache/wheels" "$cache/pip"
-    printf '[global]\ncert = /etc/mlperf-build-ca.crt\n' >"$cache/pip.conf"
+    mkdir -p "$cache/wheels"
+    if [[ -f $ca_bundle ]]; then
+      mkdir -p "$cache/pip-config"
+      cp "$ca_bundle" "$cache/pip-config/ca.crt"
+      printf '[global]\ncert = /etc/xdg/pip/ca.crt\n' >"$cache/pip-config/pip.conf"
+    fi
   fi
   run buildah bud --format docker --isolation chroot --layers "${mounts[@]}" "$@"
 }
