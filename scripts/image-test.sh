@@ -144,7 +144,8 @@ test_cpu_image() {
   run_image_command "$ctr" "$config"
   log "the image's command took $((SECONDS - started)) s"
   local workdir; workdir=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["WorkingDir"])' <"$config")
-  buildah run --isolation chroot "$ctr" -- python -m mlperf_logging.compliance_checker --usage training \
+  # env finds python on the image's PATH inside the container (buildah looks commands up from outside).
+  buildah run --isolation chroot "$ctr" -- env python -m mlperf_logging.compliance_checker --usage training \
     --ruleset "$RULESET" --log_output /tmp/compliance.txt runs/demo/run/result_0.txt >"$work_dir/checker.log" 2>&1 \
     || { tail -n 20 "$work_dir/checker.log" >&2; die "the compliance checker ($RULESET) rejects the image's MLPerf log"; }
   grep -q SUCCESS "$work_dir/checker.log" || die "the compliance checker ($RULESET) did not say SUCCESS"
