@@ -6,7 +6,7 @@ DEMO := runs/demo
 BERT_DEMO := runs/demo-bert
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup setup-tf2.15 demo demo-bert test test-tf2.15 lint clean
+.PHONY: setup setup-tf2.15 demo demo-bert test test-tf2.15 image-test lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -55,6 +55,12 @@ test-tf2.15: setup-tf2.15
 		tests/test_bert_model.py tests/test_bert_checkpoint.py tests/test_bert_optim.py \
 		tests/test_bert_data.py tests/test_bert_workload.py
 	.venv-tf2.15/bin/python -m pytest tests/test_launch.py -k "gloo or single"
+
+# The container images built for real with Debian's buildah (installed on first use): the CPU image
+# on a debootstrapped Debian base, the image's own command (make demo) run in it and its run checked,
+# and the GPU image's suite-check stage. CI's step after `make test`; it needs no `make setup`.
+image-test:
+	@bash scripts/image-test.sh
 
 clean:
 	rm -rf runs .pytest_cache

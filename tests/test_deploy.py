@@ -569,17 +569,30 @@ def check_dockerfile(text, tmp_path):
     first_from = next(i for i, (_, word, _) in enumerate(steps) if word == "FROM")
     assert all(word == "ARG" for _, word, _ in steps[:first_from]), "only ARG may come before FROM"
     args = dict(rest.split("=", 1) for _, word, rest in steps[:first_from] if "=" in rest)
-    image = re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], steps[first_from][2])
-    assert re.search(r":[\w.-]+$", image) and not image.endswith(":latest"), f"FROM {image}: pin a tag"
-    shell = [rest for _, word, rest in steps if word == "SHELL"]
-    assert shell and "pipefail" in shell[0], "SHELL with -o pipefail before any RUN with a pipe"
+    stages = []
+    for line, word, rest in steps[first_from:]:
+        if word == "FROM":
+            image, _, stage = rest.partition(" AS ")
+            image = re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], image)
+            assert re.search(r":[\w.-]+$", image) and not image.endswith(":latest"), \
+                f"FROM {image}: pin a tag"
+            stages.append([stage.strip(), []])
+        else:
+            stages[-1][1].append(word)
+    for stage, words in stages:
+        assert "SHELL" in words and ("RUN" not in words or words.index("SHELL") < words.index("RUN")), \
+            f"stage {stage or 'final'}: SHELL with -o pipefail before any RUN with a pipe"
+    assert all("pipefail" in rest for _, word, rest in steps if word == "SHELL")
+    names = {stage for stage, _ in stages if stage}
     for line, word, rest in steps:
         assert word != "ADD", f"line {line}: COPY, not ADD"
         if word == "WORKDIR":
             assert rest.startswith("/"), f"line {line}: WORKDIR must be absolute"
         if word in ("CMD", "ENTRYPOINT"):
             assert rest.startswith("["), f"line {line}: {word} in JSON form"
-        if word == "COPY":
+        if word == "COPY" and rest.startswith("--from="):
+            assert rest.split()[0].split("=", 1)[1] in names, f"line {line}: COPY from an unknown stage"
+        elif word == "COPY":
             check_copy(line, rest)
         if word == "RUN":
             check_run(line, rest, tmp_path)

@@ -243,7 +243,8 @@ def _image_flags():
                        help=f"tag of nvcr.io/nvidia/tensorflow for the GPU image "
                             f"(default: {DEFAULT_NGC_TAG})")
     image.add_argument("--base-image", default=DEFAULT_CPU_BASE,
-                       help=f"Debian + Python 3.11 base of the CPU image (default: {DEFAULT_CPU_BASE})")
+                       help=f"Debian + Python 3.11 base of the CPU image and of the GPU image's "
+                            f"suite-check stage (default: {DEFAULT_CPU_BASE})")
     return flags
 
 
@@ -570,9 +571,10 @@ def render_dockerfile(device, args):
     _check_flag("--ngc-tag", args.ngc_tag, IMAGE_TAG, "an image tag such as " + DEFAULT_NGC_TAG)
     _check_flag("--base-image", args.base_image, IMAGE_REF, "an image reference")
     if device == "gpu":
-        command = f"dockerfile --device gpu --ngc-tag {args.ngc_tag} --ssh-port {args.ssh_port}"
+        command = (f"dockerfile --device gpu --ngc-tag {args.ngc_tag} --ssh-port {args.ssh_port} "
+                   f"--base-image {args.base_image}")
         values = {"ngc_tag": args.ngc_tag, "ssh_port": args.ssh_port, "horovod_version": horovod_version(),
-                  "pins": " ".join(gpu_pins())}
+                  "pins": " ".join(gpu_pins()), "base_image": args.base_image}
         sources = ("suite/cluster/templates/Dockerfile.gpu, requirements.txt (pins), "
                    "scripts/setup.sh (Horovod)")
     else:

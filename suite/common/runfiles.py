@@ -106,6 +106,9 @@ def process_start_time(pid):
 
 
 def git_revision():
+    """HEAD of the suite's checkout (-dirty with uncommitted changes). A container image holds no .git:
+    there it is SUITE_GIT_REVISION, which container/build.sh sets to the revision the image was built
+    from; "unknown" when neither says."""
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         rev = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -114,4 +117,4 @@ def git_revision():
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return os.environ.get("SUITE_GIT_REVISION") or "unknown"

@@ -1,0 +1,112 @@
+"""Checks what the CPU image's own command left behind, seen from the host (make image-test).
+
+    python3 container/check_run.py --config CONFIG.json --root ROOT --revision REV [--output LOG]
+
+CONFIG.json is the image's configuration (the "config" of buildah inspect's "Docker"), ROOT
+the container's file system mounted on the host, REV the git revision the image was built from.
+Checked: the image runs `make demo` (no entry point before it) in the suite's folder, its environment
+carries the revision and puts the suite's environment first on PATH; the demo's run directory under
+that folder holds the MLPerf log and the run files, rank 0 recorded the revision, 2 ranks and the
+suite's models.resnet50 in that folder as the program, and the run reached its target with the ranks'
+weights in sync. Prints one line per problem and exits 1, or says what passed. Standard library only:
+it runs on the host, outside the suite's environment.
+"""
+import argparse
+import json
+import os
+import sys
+
+SUITE_DIR = "/opt/mlperf-hvd-suite"
+COMMAND = ["make", "demo"]
+RUN_DIR = "runs/demo/run"
+RUN_FILES = ("result_0.txt", "config.json", "env.json", "summary.json")
+WORLD_SIZE = 2
+
+
+def image_problems(config, revision):
+    """What is wrong with the image's settings (its Docker config)."""
+    problems = []
+    if config.get("Entrypoint") or config.get("Cmd") != COMMAND:
+        problems.append(f"image entry point and command are {config.get('Entrypoint')} {config.get('Cmd')}, "
+                        f"not {COMMAND}")
+    if config.get("WorkingDir") != SUITE_DIR:
+        problems.append(f"image working directory is {config.get('WorkingDir')!r}, not {SUITE_DIR!r}")
+    env = dict(item.split("=", 1) for item in config.get("Env") or [])
+    if env.get("SUITE_GIT_REVISION") != revision:
+        problems.append(f"image sets SUITE_GIT_REVISION={env.get('SUITE_GIT_REVISION')!r}, "
+                        f"not the revision it was built from ({revision!r})")
+    if not env.get("PATH", "").startswith(f"{SUITE_DIR}/.venv/bin:"):
+        problems.append(f"image PATH does not start with the suite's environment: {env.get('PATH')!r}")
+    return problems
+
+
+def read_json(path, problems):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as err:
+        problems.append(f"{path}: {err}")
+        return {}
+
+
+def run_problems(run_dir, revision):
+    """What is wrong with the demo's run directory, as the image's command left it."""
+    missing = [name for name in RUN_FILES if not os.path.isfile(os.path.join(run_dir, name))]
+    if missing:
+        return [f"{run_dir}: no {', '.join(missing)}"]
+    problems = []
+    env = read_json(os.path.join(run_dir, "env.json"), problems)
+    summary = read_json(os.path.join(run_dir, "summary.json"), problems)
+    if env.get("git_revision") != revision:
+        problems.append(f"env.json records git_revision {env.get('git_revision')!r}, not {revision!r}")
+    if env.get("world_size") != WORLD_SIZE:
+        problems.append(f"env.json records world_size {env.get('world_size')!r}, not {WORLD_SIZE}")
+    entry = f"{SUITE_DIR}/models/resnet50/__main__.py"
+    if (env.get("command") or [None])[0] != entry:
+        problems.append(f"env.json records the command {env.get('command')!r}, not {entry}")
+    if summary.get("status") != "success":
+        problems.append(f"summary.json status is {summary.get('status')!r}, not 'success'")
+    accuracy, target = summary.get("accuracy"), summary.get("target_accuracy")
+    if not (isinstance(accuracy, (int, float)) and isinstance(target, (int, float)) and accuracy >= target):
+        problems.append(f"summary.json accuracy {accuracy!r} is below the target {target!r}")
+    if summary.get("weights_in_sync") is not True:
+        problems.append("summary.json: the ranks' weights are not in sync")
+    return problems
+
+
+def output_problems(path):
+    """The demo's own last words: the checker's SUCCESS and where the log is."""
+    try:
+        with open(path, errors="replace") as handle:
+            text = handle.read()
+    except OSError as err:
+        return [f"{path}: {err.strerror}"]
+    wanted = ("run success", "INFO - SUCCESS", f"MLPerf log: {RUN_DIR}/result_0.txt")
+    return [f"{path}: the demo's output has no {line!r}" for line in wanted if line not in text]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the image's Docker config as JSON")
+    parser.add_argument("--root", required=True, help="the container's file system, mounted")
+    parser.add_argument("--revision", required=True, help="the git revision the image was built from")
+    parser.add_argument("--output", help="what the image's command printed")
+    args = parser.parse_args(argv)
+    problems = []
+    config = read_json(args.config, problems)
+    problems += image_problems(config, args.revision)
+    run_dir = os.path.join(args.root, (config.get("WorkingDir") or SUITE_DIR).lstrip("/"), RUN_DIR)
+    problems += run_problems(run_dir, args.revision)
+    if args.output:
+        problems += output_problems(args.output)
+    for problem in problems:
+        print(f"check_run: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    print(f"check_run: the image runs {' '.join(COMMAND)} in {SUITE_DIR}; {RUN_DIR} passed; "
+          f"revision {args.revision}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""container/build.sh's buildah engine, scripts/image-test.sh and container/check_run.py, without building.
+
+The real build and run of the images is CI's own step, `make image-test` (scripts/image-test.sh); these
+are the fast checks of the pieces it is made of: the commands build.sh hands buildah, the one-line
+refusals, the checker of the image's run against good and broken runs, and the git revision a run
+records inside an image.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+CONTAINER = os.path.join(REPO, "container")
+IMAGE_TEST = os.path.join(REPO, "scripts", "image-test.sh")
+CHECK_RUN = os.path.join(CONTAINER, "check_run.py")
+SUITE_DIR = "/opt/mlperf-hvd-suite"
+
+
+def tool_dir(tmp_path, **stand_ins):
+    """A PATH with the few tools the scripts need and stand-ins (name -> bash body) for the rest."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dirname", "sed", "head", "tail", "git", "mkdir", "printf", "cat", "sha256sum", "cut",
+                 "mktemp", "rm", "tee", "id", "python3", "cp"):
+        if shutil.which(tool):
+            (bin_dir / tool).symlink_to(shutil.which(tool))
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    return str(bin_dir)
+
+
+def script(path, *args, bin_dir, cache, **env):
+    return subprocess.run(["/bin/bash", path, *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"PATH": bin_dir, "HOME": os.environ.get("HOME", "/root"),
+                               "SUITE_CACHE_DIR": str(cache), "SUITE_SKIP_APT": "1", **env})
+
+
+def one_line_error(result, code, start, *culprits):
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(start), result.stderr
+    for culprit in culprits:
+        assert culprit in lines[0], lines[0]
+
+
+# --- build.sh --engine buildah ---------------------------------------------------------------------
+
+def setup_sh_wheel_cache():
+    """Where scripts/setup.sh keeps the Horovod wheel in a build (root, no SUITE_CACHE_DIR)."""
+    with open(os.path.join(REPO, "scripts", "setup.sh")) as handle:
+        text = handle.read()
+    default = re.search(r"^cache_dir=\$\{SUITE_CACHE_DIR:-\$HOME(/\S+)\}$", text, re.MULTILINE)[1]
+    assert "local wheel_dir=$cache_dir/wheels/" in text
+    return "/root" + default + "/wheels"
+
+
+def test_buildah_build_caches_the_horovod_wheel_where_setup_looks(tmp_path):
+    calls = tmp_path / "calls"
+    bin_dir = tool_dir(tmp_path, buildah=f'printf "%s\\n" "$*" >> {calls}\n')
+    cache = tmp_path / "cache"
+    ca_bundle = tmp_path / "proxy-ca.crt"
+    ca_bundle.write_text("-----BEGIN CERTIFICATE-----\nstand-in\n-----END CERTIFICATE-----\n")
+    result = script(os.path.join(CONTAINER, "build.sh"), "--engine", "buildah", "--device", "cpu",
+                    "--base-image", "localhost/base:1", "--registry", "r.example.com/m", "--push",
+                    bin_dir=bin_dir, cache=cache, SSL_CERT_FILE=str(ca_bundle))
+    assert result.returncode == 0, result.stderr
+    bud, push = calls.read_text().splitlines()
+    tag = re.search(r"-t (\S+) ", bud)[1]
+    assert tag.startswith("r.example.com/m/mlperf-hvd-suite:") and tag.endswith("-cpu")
+    assert result.stderr == f"image: {tag}\n" and push == f"push {tag}"
+    words = bud.split()
+    assert words[:2] == ["bud", "--format"] and words[2] == "docker"  # SHELL is kept only in docker format
+    assert "--isolation chroot" in bud and "--layers" in bud
+    assert f"--volume {cache}/images/wheels:{setup_sh_wheel_cache()} " in bud
+    assert "--build-arg BASE_IMAGE=localhost/base:1 " in bud
+    assert f"-f {CONTAINER}/Dockerfile.cpu " in bud and bud.endswith(f" {REPO}")
+    # The cache exists on the host before the build mounts it; pip in the build trusts the host's CAs
+    # (the site-wide pip configuration is read from /etc/xdg/pip/pip.conf).
+    assert (cache / "images" / "wheels").is_dir()
+    assert f"--volume {cache}/images/pip-config:/etc/xdg/pip:ro " in bud
+    pip_config = cache / "images" / "pip-config"
+    assert (pip_config / "pip.conf").read_text() == "[global]\ncert = /etc/xdg/pip/ca.crt\n"
+    assert (pip_config / "ca.crt").read_text() == ca_bundle.read_text()
+
+
+def test_buildah_target_builds_one_stage(tmp_path):
+    result = script(os.path.join(CONTAINER, "build.sh"), "--dry-run", "--engine", "buildah",
+                    "--device", "gpu", "--target", "suite-check", bin_dir=tool_dir(tmp_path), cache=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("buildah bud ") and "--target suite-check " in line
+    assert re.search(r"-t mlperf-hvd-suite:\S+-gpu-suite-check ", line), line
+    assert not (tmp_path / "images").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["--engine", "podman"], "--engine must be docker or buildah, not 'podman'"),
+    (["--target", "suite-check"], "--target names a stage of one Dockerfile"),
+    (["--engine"], "--engine needs a value"),
+])
+def test_build_refuses_bad_engine_flags(tmp_path, args, culprit):
+    result = script(os.path.join(CONTAINER, "build.sh"), *args, bin_dir=tool_dir(tmp_path), cache=tmp_path)
+    one_line_error(result, 2, "build.sh: error: ", culprit)
+
+
+def test_build_refuses_without_buildah(tmp_path):
+    result = script(os.path.join(CONTAINER, "build.sh"), "--engine", "buildah", "--device", "cpu",
+                    bin_dir=tool_dir(tmp_path), cache=tmp_path)
+    one_line_error(result, 2, "build.sh: error: buildah not found", "apt-get install buildah")
+
+
+# --- the GPU image's suite-check stage -----------------------------------------------------------
+
+def test_every_gpu_build_runs_the_suite_check_stage():
+    """The stage make image-test builds without NGC is one every real GPU build needs too."""
+    with open(os.path.join(CONTAINER, "Dockerfile.gpu")) as handle:
+        text = handle.read()
+    froms = re.findall(r"^FROM (\S+)(?: AS (\S+))?$", text, re.MULTILINE)
+    assert froms == [("${BASE_IMAGE}", "suite-check"), ("nvcr.io/nvidia/tensorflow:${NGC_TAG}", "")]
+    final = text.split("FROM nvcr.io", 1)[1]
+    assert re.search(r"^COPY --from=suite-check /opt/suite-check\.txt ", final, re.MULTILINE)
+    check = text.split("FROM ${BASE_IMAGE} AS suite-check", 1)[1].split("FROM nvcr.io", 1)[0]
+    assert "> /opt/suite-check.txt" in check
+    # It installs the same pins as the NGC stage, and the suite the same way.
+    pins = re.search(r"--no-binary=mpi4py -c /tmp/keep.txt \\\n\s+(.+) \\\n", final)[1]
+    assert f"pip install --no-cache-dir {pins} " in check
+    assert "pip install --no-cache-dir --no-deps --no-build-isolation /opt/mlperf-hvd-suite" in check
+
+
+def test_suite_check_renders_the_dockerfile_from_its_header(tmp_path):
+    """The stage's stale-rendering check, run here as the stage runs it (bash, the header's command)."""
+    with open(os.path.join(CONTAINER, "Dockerfile.gpu")) as handle:
+        text = handle.read()
+    check = text.split("FROM ${BASE_IMAGE} AS suite-check", 1)[1].split("FROM nvcr.io", 1)[0]
+    steps = re.search(r"(render=.*?\| diff - container/Dockerfile\.gpu)", check, re.DOTALL)[1]
+    steps = steps.replace("\\\n", "\n").replace("/opt/suite-check/bin/python", sys.executable)
+    commands = [line.strip().removeprefix("&& ") for line in steps.splitlines()]
+    stale = tmp_path / "repo"
+    shutil.copytree(REPO, stale, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", "__pycache__"))
+    for repo, expected in ((REPO, 0), (stale, 1)):
+        if repo == stale:  # a pin changed without rendering again
+            requirements = stale / "requirements.txt"
+            requirements.write_text(re.sub(r"tqdm==\S+", "tqdm==0.0.1", requirements.read_text()))
+        result = subprocess.run(["bash", "-c", " && ".join(commands)], cwd=repo, capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == expected, result.stdout + result.stderr
+    assert "tqdm==0.0.1" in result.stdout
+
+
+# --- scripts/image-test.sh -----------------------------------------------------------------------
+
+def test_image_test_passes_bash_and_shellcheck():
+    assert os.access(IMAGE_TEST, os.X_OK)
+    for command in (["bash", "-n"], ["shellcheck", "--shell=bash"]):
+        result = subprocess.run([*command, IMAGE_TEST], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_image_test_says_in_one_line_when_chroot_isolation_is_refused(tmp_path):
+    refusing = ('case $1 in\n'
+                '  inspect) exit 0 ;;\n'
+                '  from) echo working-container ;;\n'
+                '  run) echo "error running container: setrlimit: operation not permitted" >&2; exit 1 ;;\n'
+                'esac\n')
+    result = script(IMAGE_TEST, bin_dir=tool_dir(tmp_path, buildah=refusing, debootstrap="exit 1"),
+                    cache=tmp_path)
+    one_line_error(result, 1, "[image-test] error: this machine refuses buildah's chroot isolation",
+                   "setrlimit: operation not permitted")
+
+
+def test_image_test_names_missing_tools_it_may_not_install(tmp_path):
+    result = script(IMAGE_TEST, bin_dir=tool_dir(tmp_path), cache=tmp_path)
+    one_line_error(result, 1, "[image-test] error: buildah debootstrap not installed and SUITE_SKIP_APT=1")
+
+
+# --- container/check_run.py ----------------------------------------------------------------------
+
+REVISION = "1a2b3c4"
+
+
+def good_run(tmp_path):
+    """What a passing image leaves: its config, its file system with the demo's run, the demo's output."""
+    config = {"Cmd": ["make", "demo"], "WorkingDir": SUITE_DIR,
+              "Env": [f"PATH={SUITE_DIR}/.venv/bin:/usr/bin:/bin", f"SUITE_GIT_REVISION={REVISION}"]}
+    run_dir = tmp_path / "root" / SUITE_DIR.lstrip("/") / "runs" / "demo" / "run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "result_0.txt").write_text(':::MLLOG {"key": "run_stop"}\n')
+    (run_dir / "config.json").write_text("{}")
+    (run_dir / "env.json").write_text(json.dumps({
+        "git_revision": REVISION, "world_size": 2,
+        "command": [f"{SUITE_DIR}/models/resnet50/__main__.py", "--preset", "tiny_cpu"]}))
+    (run_dir / "summary.json").write_text(json.dumps({
+        "status": "success", "accuracy": 0.95, "target_accuracy": 0.9, "weights_in_sync": True}))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "demo.log").write_text("run success: accuracy 0.95\nINFO - SUCCESS\n"
+                                       "MLPerf log: runs/demo/run/result_0.txt\n")
+    return run_dir
+
+
+def check_run(tmp_path):
+    return subprocess.run([sys.executable, CHECK_RUN, "--config", str(tmp_path / "config.json"),
+                           "--root", str(tmp_path / "root"), "--revision", REVISION,
+                           "--output", str(tmp_path / "demo.log")],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_check_run_passes_a_good_run(tmp_path):
+    good_run(tmp_path)
+    result = check_run(tmp_path)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert f"revision {REVISION}" in result.stdout
+
+
+# name: (file, its new values, what the checker says); config.json is the image's, the rest the run's.
+JSON_BREAKAGES = {
+    "revision unknown in env.json": ("env.json", {"git_revision": "unknown"},
+                                     "env.json records git_revision 'unknown', not '1a2b3c4'"),
+    "one rank": ("env.json", {"world_size": 1}, "world_size 1"),
+    "another program": ("env.json", {"command": ["/tmp/x.py"]},
+                        "not /opt/mlperf-hvd-suite/models/resnet50/__main__.py"),
+    "aborted": ("summary.json", {"status": "aborted"}, "status is 'aborted'"),
+    "below target": ("summary.json", {"accuracy": 0.5}, "accuracy 0.5 is below the target 0.9"),
+    "weights apart": ("summary.json", {"weights_in_sync": False}, "not in sync"),
+    "other command": ("config.json", {"Cmd": ["bash"]}, "command are None ['bash']"),
+    "an entry point": ("config.json", {"Entrypoint": ["/bin/sh", "-c"]},
+                       "entry point and command are ['/bin/sh', '-c'] ['make', 'demo']"),
+    "other folder": ("config.json", {"WorkingDir": "/srv"}, "image working directory is '/srv'"),
+    "no revision in the image": ("config.json", {"Env": [f"PATH={SUITE_DIR}/.venv/bin:/bin"]},
+                                 "SUITE_GIT_REVISION=None"),
+}
+
+
+def checker_says(tmp_path):
+    result = check_run(tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert all(line.startswith("check_run: ") for line in result.stderr.splitlines())
+    return result.stderr
+
+
+@pytest.mark.parametrize("breakage", sorted(JSON_BREAKAGES))
+def test_check_run_names_what_is_wrong(tmp_path, breakage):
+    run_dir = good_run(tmp_path)
+    name, changes, culprit = JSON_BREAKAGES[breakage]
+    path = (tmp_path if name == "config.json" else run_dir) / name
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    assert culprit in checker_says(tmp_path)
+
+
+def test_check_run_wants_the_log_and_the_checkers_success(tmp_path):
+    run_dir = good_run(tmp_path)
+    (run_dir / "result_0.txt").unlink()
+    (tmp_path / "demo.log").write_text("run success\nERROR - FAILED\n")
+    said = checker_says(tmp_path)
+    assert "no result_0.txt" in said and "no 'INFO - SUCCESS'" in said
+
+
+# --- the revision a run records inside an image ---------------------------------------------------
+
+def recorded_revision(suite_parent, **env):
+    code = "from suite.common.runfiles import git_revision; print(git_revision())"
+    clean = {k: v for k, v in os.environ.items() if k != "SUITE_GIT_REVISION"}
+    return subprocess.run([sys.executable, "-c", code], cwd=suite_parent, env={**clean, **env},
+                          capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+
+
+def test_a_run_outside_a_checkout_records_the_image_revision(tmp_path):
+    """An image has no .git: env.json's revision is SUITE_GIT_REVISION there, git's in a checkout."""
+    shutil.copytree(os.path.join(REPO, "suite"), tmp_path / "suite",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert recorded_revision(tmp_path, SUITE_GIT_REVISION=REVISION) == REVISION
+    assert recorded_revision(tmp_path) == "unknown"
+    head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert recorded_revision(REPO, SUITE_GIT_REVISION=REVISION).startswith(head.strip())
