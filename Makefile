@@ -1,5 +1,7 @@
 # Set-up, the main job and the tests. Each target sets the machine up on first use.
 SHELL := /bin/bash
+# A failing command in a pipe (the compliance checker piped to tail) fails its target.
+.SHELLFLAGS := -o pipefail -c
 VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := runs/demo
