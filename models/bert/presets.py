@@ -95,14 +95,16 @@ PRESETS = {
         _closed(32, 48, 2, **RCP_3072),
         "RCP 3072 (LR 0.002, 1141 steps, warmup 100, beta 0.66/0.998); evaluates at the first step "
         "past each 175,000 samples (steps 57, 114, 171, ...).", ranks=(32,)),
+    # LAMB at 0.05 diverged for 2 of 8 random seeds (the loss jumps near step 350 and accuracy falls
+    # to 0.01); at 0.03 all of 18 seeds passed 0.35 by the second evaluation.
     "tiny_cpu": Preset(
         "2 CPU processes", "2 ranks x 16 = 32",
-        dict(global_batch_size=32, max_seq_length=64, max_predictions_per_seq=10, base_lr=0.05,
+        dict(global_batch_size=32, max_seq_length=64, max_predictions_per_seq=10, base_lr=0.03,
              train_steps=800, warmup_steps=50, beta_1=0.9, beta_2=0.999, weight_decay=0.01,
              eval_interval_samples=3200, target_accuracy=0.35, log_every=50, clear_cache=False),
         "Open division: the learnable generated dataset of `make demo-bert` (64 tokens, 10 predictions, "
         "the 2-layer model of its bert_config.json); evaluates every 100 steps and stops at 0.35 masked-LM "
-        "accuracy, about 20x the majority-word baseline (0.017), usually after 300-400 steps."),
+        "accuracy, about 20x the majority-word baseline (0.017), usually after 200 steps."),
     "closed_path_cpu": Preset(
         "1 CPU process", "1 rank x 2 x 2 accumulation = 4",
         dict(global_batch_size=4, accumulation_steps=2, max_seq_length=64, max_predictions_per_seq=10,

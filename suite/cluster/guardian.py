@@ -9,7 +9,8 @@ mpirun, which passes it to its ranks. Then:
 - the kernel sends it SIGTERM when its parent dies, even of SIGKILL (PR_SET_PDEATHSIG); a parent that
   died before it asked is noticed by its parent pid, and then no launcher is started;
 - the first SIGINT, SIGTERM or SIGHUP (a signal the sweep passes on, or its parent's death) is passed
-  to the launcher's group once: a second one makes mpirun kill its ranks before they close their logs;
+  to the launcher's group once, as SIGTERM: mpirun passes a SIGINT on only after its kill grace, and
+  a second signal makes it kill its ranks before they close their logs (launch.forwarding_signals);
 - GRACE_SECONDS later, the group and every process left under the guardian get SIGKILL. It is a child
   subreaper (PR_SET_CHILD_SUBREAPER): a rank whose mpirun died (each rank is a group of its own)
   becomes its child rather than init's, and is found;
@@ -62,7 +63,7 @@ class Guard:
         # Signal handlers run between any two bytecodes, in here too: the lock lets one call through.
         if self.process is None or self.requested is None or not self._passed.acquire(blocking=False):
             return
-        signal_group(self.process.pid, self.requested)
+        signal_group(self.process.pid, signal.SIGTERM)  # whichever came: see the module's docstring
         start_thread(self._kill_all_at_deadline)
 
     def _kill_all_at_deadline(self):

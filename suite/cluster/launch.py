@@ -429,22 +429,24 @@ def run(plan):
 
 @contextlib.contextmanager
 def forwarding_signals(process, signums=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
-    """Passes SIGINT, SIGTERM and SIGHUP on to the launcher's whole process group, once each; yields
-    the signals received.
+    """Passes the first SIGINT, SIGTERM or SIGHUP on to the launcher's whole process group, as SIGTERM
+    and once; yields the signals received.
 
     The launcher runs in a process group of its own (Popen(process_group=0)): horovodrun starts
     mpirun through /bin/sh, which would die of a SIGTERM without passing it on, leaving mpirun and
-    its ranks running. Ctrl-C at the terminal reaches this process alone for the same reason, and
-    is passed on exactly once (a second one makes mpirun kill its ranks before they close the log).
+    its ranks running. Ctrl-C at the terminal reaches this process alone for the same reason.
+    SIGTERM is the one stop every launcher acts on at once: Open MPI's mpirun passes a SIGINT on to
+    its ranks only after its kill grace (odls_base_sigkill_timeout, 5 s in the suite's profiles), by
+    which time a short run may have ended; srun takes one SIGINT as a request for status. A second
+    signal would make mpirun kill its ranks before they close the log, so none follows.
     """
     received = []
 
     def forward(signum, frame):
-        if signum in received:
-            return
         received.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signum)
+        if len(received) == 1:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
 
     previous = {signum: signal.signal(signum, forward) for signum in signums}
     try:

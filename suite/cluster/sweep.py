@@ -744,8 +744,8 @@ def run_logged(plan, output, verbose, on_job=None):
     the exit code.
 
     The guardian stops the launch should this process die, even of SIGKILL. Ctrl-C, SIGTERM or SIGHUP
-    to the sweep is passed on to the guardian, which passes it on to the launcher's process group, whose
-    ranks close their logs, and gives 128 + the signal's number: the run is then redone on resume.
+    to the sweep is passed on (as SIGTERM) to the guardian, which passes it on to the launcher's process
+    group, whose ranks close their logs; it gives 128 + the signal's number: the run is then redone on resume.
     on_job(job) gets the pids to record: {"guardian": pid}, then with "launcher_group" too.
     """
     if shutil.which(plan.command[0]) is None:
