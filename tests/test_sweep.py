@@ -510,9 +510,8 @@ def test_a_signal_to_the_sweep_stops_the_training_run_and_a_resume_redoes_it(swe
     assert fault.exit_code == 130
     assert fault.stop_seconds < STOP_BOUND_SECONDS and not fault.left, fault
     assert fault.last_event["key"] == "run_stop" and fault.last_event["metadata"]["status"] == "aborted"
-    # mpirun ends its ranks with SIGTERM, whichever signal stopped it.
-    assert fault.last_event["metadata"]["reason"].startswith(("stopped by SIGTERM from the launcher",
-                                                              f"stopped by {name} from the launcher"))
+    # Whichever signal stopped the sweep, the launcher got SIGTERM, and passed it on to the ranks at once.
+    assert fault.last_event["metadata"]["reason"].startswith("stopped by SIGTERM from the launcher")
     assert fault.runs[key][0] == "interrupted"
     record = swept.manifest["runs"][key]
     assert record["status"] == "done" and record["attempts"] > fault.runs[key][1]
