@@ -178,12 +178,13 @@ def shown(argv, env=(), placeholders=None):
     return " ".join([*(f"{name}={value}" for name, value in env), text])
 
 
-def job_env(variant):
+def job_env(extra=()):
+    """This environment with the venv's commands first on PATH and the repository importable, then extra."""
     env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=REPO)
     # Open MPI refuses root without these (horovodrun's MPI controller).
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    env.update(variant.env)
+    env.update(extra)
     return env
 
 
@@ -199,7 +200,7 @@ def run_variant(workload, variant, round_index, work, timeout):
     for run_dir in run_dirs:
         os.makedirs(run_dir)
     # Each job in a session of its own, so that ending it ends horovodrun's ranks with it.
-    jobs = [subprocess.Popen(argv, cwd=REPO, env=job_env(variant), stdout=subprocess.DEVNULL,
+    jobs = [subprocess.Popen(argv, cwd=REPO, env=job_env(variant.env), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, start_new_session=True) for argv in argvs]
     try:
         errors = [_finish(job, timeout) for job in jobs]

@@ -13,12 +13,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
+from ceiling import REPO, job_env  # run as `python bench/cpu_settings.py`: bench/ is on the path
 RESNET_224 = ["--preset", "tiny_cpu", "--set", "synthetic=true", "--set", "image_size=224",
               "--set", "num_classes=1000", "--set", "optimizer=lars"]
 # What the processes run with when nothing is set: Horovod's 1 ms cycle, TensorFlow's 2 inter-op
@@ -40,14 +38,6 @@ ROWS = (
 CEILING = "ceiling: 2 independent processes at once, 1 kernel + 1 inter-op thread each"
 
 
-def _env(extra):
-    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"], PYTHONPATH=REPO)
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    env.update(extra)
-    return env
-
-
 def model_command(per_rank_batch, ranks, steps, run_dir, extra=()):
     return ["python", "-m", "models.resnet50", "--throughput", *RESNET_224,
             "--set", f"global_batch_size={per_rank_batch * ranks}", "--set", "throughput_warmup_steps=2",
@@ -62,7 +52,7 @@ def read_rate(run_dir):
 def run_two_ranks(flags, env, steps, work):
     run_dir = tempfile.mkdtemp(dir=work)
     command = ["horovodrun", *flags, "-np", "2", "-H", "localhost:2", *model_command(16, 2, steps, run_dir)]
-    subprocess.run(command, cwd=REPO, env=_env(env), check=True, capture_output=True, text=True)
+    subprocess.run(command, cwd=REPO, env=job_env(env), check=True, capture_output=True, text=True)
     return read_rate(run_dir)
 
 
@@ -70,7 +60,7 @@ def run_ceiling(steps, work):
     """Two one-process runs started together, each with the threads one rank of the 2-rank job has."""
     dirs = [tempfile.mkdtemp(dir=work) for _ in range(2)]
     procs = [subprocess.Popen(model_command(16, 1, steps, d, ("--set", "cpu_threads=1")), cwd=REPO,
-                              env=_env({}), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              env=job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for d in dirs]
     for proc in procs:
         if proc.wait() != 0:
