@@ -7,6 +7,10 @@ PY := $(VENV)/bin/python
 DEMO := runs/demo
 BERT_DEMO := runs/demo-bert
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# horovodrun's own process loads TensorFlow to see which controllers Horovod was built with, and
+# TensorFlow prints its info lines there; the ranks set the same default themselves (suite/__init__.py).
+# A user's own value wins.
+export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: setup setup-tf2.15 demo demo-bert test test-tf2.15 image-test lint clean
 

@@ -20,7 +20,7 @@
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
-SETUP_REVISION=1   # bump to invalidate cached environments after changing this script
+SETUP_REVISION=2   # bump to invalidate cached environments after changing this script
 
 repo_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache_dir=${SUITE_CACHE_DIR:-$HOME/.cache/mlperf-hvd-suite}
@@ -67,6 +67,12 @@ device_requirements() {
   fi
 }
 
+# Packages installed without their own requirements. tf-keras asks for `tensorflow`, which next to
+# `tensorflow-cpu` would make two distributions writing one tensorflow/ folder (the CUDA build's
+# start-up errors on every CPU rank, and removing either breaks the other); TensorFlow itself is
+# pinned above, and tf-keras needs nothing else.
+NO_DEPS='^tf-keras=='
+
 tensorflow_pin() { grep -E '^tensorflow(-cpu)?==' "$requirements" | sed 's/.*==//'; }
 
 environment_key() {
@@ -110,8 +116,13 @@ create_environment() {
   "$python_bin" -m venv "$venv"
   quiet_pip "$venv" install --upgrade pip setuptools wheel
   # cloudpickle, psutil, packaging and cffi are Horovod's own run-time needs.
-  device_requirements "$device" >"$venv.requirements.txt"
+  device_requirements "$device" | grep -Ev "$NO_DEPS" >"$venv.requirements.txt"
   quiet_pip "$venv" install -r "$venv.requirements.txt" cloudpickle psutil packaging cffi
+  local no_deps; no_deps=$(device_requirements "$device" | grep -E "$NO_DEPS" || true)
+  if [[ -n $no_deps ]]; then
+    # shellcheck disable=SC2086  # one pin per word
+    quiet_pip "$venv" install --no-deps $no_deps
+  fi
   local wheel; wheel=$(build_horovod_wheel "$venv" "$device")
   quiet_pip "$venv" install --no-deps "$wheel"
   touch "$venv/.complete"

@@ -25,8 +25,14 @@ def _legacy_keras_available():
 # setting always wins.
 if _legacy_keras_available():
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-# Quieter TensorFlow start-up; a user's own setting wins.
+# TensorFlow's C++ start-up and info lines (oneDNN, CPU features, ...) stay hidden: a rank's first line
+# is the suite's own. A user's own setting wins, and the entry points' --verbose shows them all.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def show_tensorflow_messages():
+    """--verbose: every TensorFlow C++ message; must run before TensorFlow is imported."""
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
 
 
 def require_keras2(tf):

@@ -11,6 +11,18 @@ from conftest import REPO, check_log, read_json, read_log, run
 from test_attribution import assert_attribution_adds_up
 
 STATED_ACCURACY = 0.9  # README: the tiny learnable preset reaches 0.9 top-1 (4 classes, chance 0.25)
+# What the CUDA build of TensorFlow prints on a machine without a GPU (cuFFT/cuDNN/cuBLAS factories,
+# "Could not find cuda drivers", "failed call to cuInit"), and TensorFlow's own info and error lines.
+START_UP_NOISE = ("cuda", "cuinit", "cudnn", "cublas", "cufft", "E0000", "I0000", "oneDNN",
+                  "cpu_feature_guard")
+
+
+def assert_quiet_start(output):
+    """No line of TensorFlow's start-up: with one TensorFlow distribution (tensorflow-cpu) there is no
+    CUDA build to complain, and its info lines stay hidden unless asked for (--verbose)."""
+    noisy = [line for line in output.splitlines()
+             if any(word.lower() in line.lower() for word in START_UP_NOISE)]
+    assert not noisy, "\n".join(noisy[:10])
 
 
 @pytest.mark.slow
@@ -20,6 +32,10 @@ def test_make_demo_learns_and_passes_the_checker(tmp_path):
     result = run(["make", "-C", REPO, "demo", f"DEMO={demo}"], timeout=900, HOROVOD_TIMELINE="DYNAMIC")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"MLPerf log: {demo}/run/result_0.txt" in result.stdout
+    assert_quiet_start(result.stdout + result.stderr)
+    # Each rank's first line is the suite's own (horovodrun tags a rank's lines with [1,<rank>]).
+    rank_lines = [line for line in result.stdout.splitlines() if line.startswith("[1,0]")]
+    assert rank_lines[0].startswith("[1,0]<stdout>:ResNet-50 v1.5: preset tiny_cpu"), rank_lines[:3]
     summary = read_json(demo / "run" / "summary.json")
     assert summary["world_size"] == 2 and summary["weights_in_sync"]
     assert summary["status"] == "success" and summary["accuracy"] >= STATED_ACCURACY, summary["evals"]

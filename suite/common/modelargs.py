@@ -36,6 +36,9 @@ def build_parser(module, title, config_cls, presets, default_preset, parser_clas
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting; repeatable")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's own start-up and info messages (TF_CPP_MIN_LOG_LEVEL=0); "
+                             "without it they are hidden unless TF_CPP_MIN_LOG_LEVEL is set")
     parser.add_argument("--throughput", action="store_true",
                         help="time the training step alone instead of training to the target: "
                              "throughput_warmup_steps untimed, then throughput_steps timed; no evaluation "

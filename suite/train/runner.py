@@ -3,6 +3,7 @@ import json
 import os
 import sys
 
+import suite
 from suite.common import modelargs, profiles
 from suite.common.config import ConfigError, to_dict
 
@@ -29,6 +30,8 @@ def main(spec, argv=None):
         parser.print_usage = lambda *a, **k: None
         parser._print_message = lambda *a, **k: None
     args = parser.parse_args(argv)
+    if args.verbose:
+        suite.show_tensorflow_messages()
     try:
         config = modelargs.resolve_config(args, spec.config_cls, spec.presets)
     except ConfigError as err:
