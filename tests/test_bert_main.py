@@ -216,3 +216,31 @@ def test_a_bad_record_mid_training_aborts_both_ranks_with_the_file_named(bert_da
                for lines in rank_lines(result.stderr).values() for line in lines), result.stderr[-3000:]
     reason = assert_aborted(run_dir)
     assert "another rank" in reason or shard.name in reason
+    # Aborted before its first evaluation: no checker passes a log without one, but it still says
+    # once how far it trained.
+    assert_train_samples_once_before_run_stop(run_dir)
+
+
+def assert_train_samples_once_before_run_stop(run_dir):
+    events = read_log(run_dir / "result_0.txt")
+    keys = [e["key"] for e in events]
+    assert keys.count("train_samples") == 1 and keys[-2:] == ["train_samples", "run_stop"], keys[-5:]
+    assert events[-1]["metadata"]["status"] == "aborted"
+    return events
+
+
+@pytest.mark.slow
+def test_a_nan_loss_ends_bert_with_a_log_the_checker_passes(bert_data, tmp_path):
+    """Weights poisoned after step 101, past the first evaluation (step 100): step 102's loss is NaN and
+    the run ends there, aborted, a non-converged result whose log the 2.1.0 checker accepts."""
+    run_dir = tmp_path / "run"
+    result = bert("--preset", "tiny_cpu", "--data-dir", str(bert_data), "--run-dir", str(run_dir),
+                  "--set", "poison_weights_at_step=101", "--set", "log_every=1", "--set", "seed=2",
+                  "--set", "target_accuracy=0.99")
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "the loss is not finite (NaN or infinite) at step 102" in result.stderr
+    events = assert_train_samples_once_before_run_stop(run_dir)
+    assert [e["value"] for e in events if e["key"] == "train_samples"] == [102 * 32]
+    assert [e["key"] for e in events].count("eval_accuracy") == 1
+    passed, output = check_log(run_dir / "result_0.txt", "2.1.0")
+    assert passed, output

@@ -1,4 +1,5 @@
 """The training loop's pieces on a tiny Keras model, in process (Horovod with one rank)."""
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,6 +12,7 @@ import tensorflow as tf
 from models.resnet50.optim import LARS
 from suite.train import dist, loop
 from suite.train.checkpoints import blocks_after
+from suite.train.mlperf import MLPerfLog
 from suite.common.workload import Block, Division, Job
 
 
@@ -213,10 +215,30 @@ def test_resuming_needs_a_checkpoint_that_fits(world, tmp_path):
     assert blocks_after(_three_blocks(), 12) == []
 
 
-def test_samples_trained_are_logged_before_run_stop_when_asked(world):
+def _logged(path):
+    with open(path) as handle:
+        return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in handle if ":::MLLOG " in line]
+
+
+def test_samples_trained_are_logged_before_run_stop_when_asked(world, tmp_path):
     job = tiny_job(tf.keras.optimizers.SGD(0.1), blocks=_three_blocks()[:1])
     job.log_samples_trained = True
-    log = RecordingLog()
+    log = MLPerfLog(str(tmp_path / "result_0.txt"), enabled=True)
     loop.train(job, world, log, loop_config(), say=lambda message: None)
-    names = [name for name, _ in log.events]
-    assert log.events[-2] == ("event", ("train_samples", 64)) and names[-1] == "run_stop"
+    events = _logged(tmp_path / "result_0.txt")
+    assert [(e["key"], e["value"]) for e in events[-2:]] == [("train_samples", 64), ("run_stop", None)]
+
+
+def test_an_aborted_run_logs_the_samples_trained_once_before_run_stop(world, tmp_path):
+    """A run ended by a NaN loss, a lost rank or a signal closes its log from wherever it is: run_stop
+    then carries the samples trained up to that step (the 2.1.0 checker wants train_samples once)."""
+    job = tiny_job(tf.keras.optimizers.SGD(0.1), blocks=_three_blocks()[:1])
+    job.log_samples_trained = True
+    log = MLPerfLog(str(tmp_path / "result_0.txt"), enabled=True)
+    with pytest.raises(loop.NonFiniteLoss):
+        loop.train(job, world, log, loop_config(poison_weights_at_step=2, log_every=1), say=lambda m: None)
+    log.run_stop("aborted", reason="the loss is not finite")  # what the session does with the error
+    log.run_stop("aborted", reason="a second closing")  # the signal watcher's, later: ignored
+    keys = [e["key"] for e in _logged(tmp_path / "result_0.txt")]
+    assert keys.count("train_samples") == 1 and keys[-2:] == ["train_samples", "run_stop"]
+    assert _logged(tmp_path / "result_0.txt")[-2]["value"] == 3 * 16  # NaN seen at step 3

@@ -190,7 +190,8 @@ def test_check_writes_dataset_json_that_dataset_info_accepts(copy_of, capsys):
     assert out.splitlines()[1].startswith(f"OK: {copy_of}: small dataset, 24 training records in 3 shards")
     assert _read_metadata_file(copy_of) == {
         "train_records": 24, "eval_records": 15, "num_classes": 3, "train_shards": 3, "eval_shards": 3,
-        "source": "data_cli check --small", "bounding_boxes": True}
+        "source": "data_cli check --small", "bounding_boxes": True,
+        "train_shard_records": {f"train-{i:05d}-of-00003": 8 for i in range(3)}}
     # No temporary file left (the atomic writer's name is dataset.json.tmp.<pid>).
     assert not [name for name in os.listdir(copy_of) if name.startswith((".", "dataset.json.tmp"))]
     info = data.dataset_info(copy_of)
@@ -224,6 +225,34 @@ def test_check_adds_bounding_boxes_to_an_older_dataset_json(copy_of, capsys):
     assert data_cli.main(["check", "--small", copy_of, "--sample", "0"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"added bounding_boxes to {copy_of}/dataset.json"
     assert _read_metadata_file(copy_of) == {**meta, "bounding_boxes": True}
+
+
+def test_check_adds_per_file_counts_to_an_older_dataset_json_and_runs_read_them(copy_of, capsys):
+    meta = _read_metadata_file(copy_of)
+    assert meta["train_shard_records"] == {f"train-{i:05d}-of-00003": 8 for i in range(3)}  # the generator's
+    del meta["train_shard_records"]
+    with open(os.path.join(copy_of, "dataset.json"), "w") as f:
+        json.dump(meta, f)
+    assert data.dataset_info(copy_of).train_shard_records is None
+    assert data_cli.main(["check", "--small", copy_of, "--sample", "0"]) == 0
+    assert "added train_shard_records" in capsys.readouterr().out
+    assert data.dataset_info(copy_of).train_shard_records == (8, 8, 8)
+
+
+def test_per_file_counts_that_do_not_describe_the_files_are_refused(copy_of, capsys):
+    meta = _read_metadata_file(copy_of)
+    meta["train_shard_records"]["train-00001-of-00003"] = 9
+    meta["train_records"] = 25
+    with open(os.path.join(copy_of, "dataset.json"), "w") as f:
+        json.dump(meta, f)
+    assert data_cli.main(["check", "--small", copy_of, "--sample", "0"]) == 1
+    assert "train_shard_records differs from the records read" in capsys.readouterr().out
+    counts = meta["train_shard_records"]
+    counts["train-00009-of-00003"] = counts.pop("train-00001-of-00003")
+    with open(os.path.join(copy_of, "dataset.json"), "w") as f:
+        json.dump(meta, f)
+    with pytest.raises(data.DataError, match="train_shard_records names other files"):
+        data.dataset_info(copy_of)
 
 
 def _age_atimes(files):
@@ -382,11 +411,41 @@ def test_train_file_and_record_sharding(learnable):
         data.train_dataset(learnable, 4, 16, CLASSES, 2, 2, 0)
 
 
+def test_the_training_records_split_evenly_by_record_over_any_world_size(learnable):
+    """3 files of 8 over 2 ranks: one whole file each, the third read by both, every 2nd record each."""
+    files = learnable.train_files
+    assert data.train_split(learnable, 0, 2) == [(files[0], 1, 0), (files[2], 2, 0)]
+    for world_size in (1, 2, 3, 4, 5, 7):
+        shares = [data.train_share(learnable, rank, world_size) for rank in range(world_size)]
+        assert sum(shares) == 24 and max(shares) - min(shares) <= 1, (world_size, shares)
+        # Together the ranks read every record once: the labels of their first passes add up to the set.
+        seen = Counter()
+        for rank in range(world_size):
+            dataset = data.train_dataset(learnable, 1, 16, CLASSES, rank, world_size, 0)
+            seen.update(int(y[0]) for _, y in dataset.take(shares[rank]))
+        assert seen == {0: 8, 1: 8, 2: 8}, world_size
+
+
+def test_imagenet_at_24_ranks_is_balanced_by_record():
+    """1,024 shards of 1,251 or 1,252 records over 24 ranks: whole files alone would leave a whole shard's
+    difference (43 files against 42); with the 16 left over split by record, shares differ by a few
+    records."""
+    counts = [1252 if i < 1281167 - 1024 * 1251 else 1251 for i in range(1024)]
+    files = tuple(f"train-{i:05d}-of-01024" for i in range(1024))
+    info = data.DatasetInfo(files, (), sum(counts), 50000, 1000, False, tuple(counts))
+    shares = [data.train_share(info, rank, 24) for rank in range(24)]
+    assert sum(shares) == 1281167 and max(shares) - min(shares) < 60
+    # Every rank trains 392 steps of 136 per epoch at batch 3264: each share holds one epoch.
+    assert min(shares) >= 392 * 136
+
+
 def test_train_one_epoch_of_a_rank_covers_its_files(learnable):
-    """With file sharding, one rank's first epoch is exactly the records of its files."""
+    """One rank's first epoch is exactly its records: its whole files and its share of the leftover one."""
     rank, world_size = 1, 2
-    mine = learnable.train_files[rank::world_size]
-    expected = Counter(e["image/class/label"].int64_list.value[0] - 1 for e in _all_examples(mine))
+    mine = [example for path, stride, offset in data.train_split(learnable, rank, world_size)
+            for example in list(_examples(path))[offset::stride]]
+    assert len(mine) == 8 + 4
+    expected = Counter(e["image/class/label"].int64_list.value[0] - 1 for e in mine)
     dataset = data.train_dataset(learnable, 1, 16, CLASSES, rank, world_size, 0)
     labels = [int(y[0]) for _, y in dataset.take(sum(expected.values()))]
     assert Counter(labels) == expected

@@ -45,16 +45,30 @@ def test_bad_input_is_one_line_without_a_traceback_file(tmp_path, capsys):
 def test_a_resumed_run_is_open_division_and_says_why():
     from suite.common.config import CommonConfig
     from suite.common.workload import Division
-    resumed = session.division_of_run(Division("closed"), CommonConfig(resume_from="runs/a/checkpoints"))
+    resumed = session.division_of_run(Division("closed"), CommonConfig(resume_from="runs/a/checkpoints"),
+                                      True)
     assert resumed.name == "open"
     assert resumed.reasons == ("resumed from runs/a/checkpoints (closed: one uninterrupted run)",)
     already_open = session.division_of_run(Division("open", ("synthetic data",)),
-                                           CommonConfig(resume_from="ckpt"))
+                                           CommonConfig(resume_from="ckpt"), True)
     assert already_open.reasons[0] == "synthetic data" and len(already_open.reasons) == 2
-    fresh = session.division_of_run(Division("closed"), CommonConfig())
-    assert (fresh.name, fresh.reasons) == ("closed", ())
-    poisoned = session.division_of_run(Division("closed"), CommonConfig(poison_weights_at_step=3))
+    fresh = session.division_of_run(Division("closed"), CommonConfig(), True)
+    assert (fresh.name, fresh.reasons, fresh.statements) == ("closed", (), ())
+    poisoned = session.division_of_run(Division("closed"), CommonConfig(poison_weights_at_step=3), True)
     assert poisoned.name == "open" and "poison_weights_at_step" in poisoned.reasons[0]
+
+
+def test_a_warm_page_cache_opens_the_run_unless_the_operator_states_a_restart():
+    """The rules: flush the cache or restart the system before benchmarking (Data State at Start of Run)."""
+    from suite.common.config import CommonConfig
+    from suite.common.workload import Division
+    failed = session.division_of_run(Division("closed"), CommonConfig(), cache_cleared=False)
+    assert failed.name == "open" and failed.reasons[0].startswith("cache_clear false: a host could not drop")
+    not_asked = session.division_of_run(Division("closed"), CommonConfig(clear_cache=False), False)
+    assert not_asked.name == "open" and "clear_cache is false" in not_asked.reasons[0]
+    restarted = session.division_of_run(Division("closed"), CommonConfig(system_restarted=True), False)
+    assert (restarted.name, restarted.reasons) == ("closed", ())
+    assert "operator states that every node was restarted" in restarted.statements[0]
 
 
 def test_summary_records_the_gradient_of_the_trained_model():

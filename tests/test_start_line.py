@@ -1,7 +1,8 @@
 """The MLPerf clock: no rank touches the dataset before run_start, and cache_clear speaks for every host.
 
 One 2-rank horovodrun run whose rank 0 is slow to write its files (as on a busy login node or a slow
-shared file system) and whose second "host" cannot drop its page cache. Horovod takes
+shared file system) and slow again right before it writes run_start, and whose second "host" cannot drop
+its page cache. Horovod takes
 `localhost` and `127.0.0.1` for two hosts, so each rank is local rank 0 of its own host.
 """
 import os
@@ -15,6 +16,9 @@ from suite.train.session import cleared_on_every_host
 
 OLD_ATIME = 1_000_000_000  # 2001: older than any mtime, so the first read after it moves the atime
 ROOT_DELAY_SECONDS = 3  # per file: config.json and env.json before run_start
+# Between the start line and rank 0's run_start line: a rank let go before run_start is written (the
+# ranks once left one barrier together and rank 0 then wrote run_start) reads its shards in this gap.
+RUN_START_DELAY_SECONDS = 2
 
 
 def record_files(data_dir):
@@ -59,7 +63,8 @@ def slow_root_run(small_data, tmp_path_factory):
     run_dir = root / "run"
     result = run(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:1,127.0.0.1:1",
                   "python", "tests/scripts/run_injected.py",
-                  "--slow-root-writes", str(ROOT_DELAY_SECONDS), "--cache-clear-fails-on", "1",
+                  "--slow-root-writes", str(ROOT_DELAY_SECONDS), "--slow-run-start",
+                  str(RUN_START_DELAY_SECONDS), "--cache-clear-fails-on", "1",
                   "models.resnet50", *TINY, "--set", "clear_cache=true",
                   "--data-dir", str(data_dir), "--run-dir", str(run_dir)], timeout=420)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -57,6 +57,8 @@ class DatasetInfo:
     num_classes: int | None
     bounding_boxes: bool | None = None
     """Whether records carry image/object/bbox/* boxes; None when dataset.json predates the field."""
+    train_shard_records: tuple[int, ...] | None = None
+    """Records in each of train_files, in that order; None when dataset.json predates the field."""
 
     @property
     def data_dir(self) -> str:
@@ -90,7 +92,8 @@ def dataset_info(data_dir: str) -> DatasetInfo:
                         f"full ImageNet)")
     _check_metadata_shards(meta, data_dir, train_files, eval_files)
     return DatasetInfo(train_files, eval_files, meta["train_records"], meta["eval_records"],
-                       meta.get("num_classes"), meta.get("bounding_boxes"))
+                       meta.get("num_classes"), meta.get("bounding_boxes"),
+                       _shard_records(meta, data_dir, train_files))
 
 
 def check_command(data_dir: str, small: bool = False) -> str:
@@ -123,11 +126,30 @@ def _read_metadata(data_dir):
         raise DataError(f"malformed {path}: 'num_classes' must be a positive integer or null")
     if not isinstance(meta.get("bounding_boxes", False), bool):
         raise DataError(f"malformed {path}: 'bounding_boxes' must be true or false")
+    counts = meta.get("train_shard_records", {})
+    if not (isinstance(counts, dict) and all(_is_count(count) for count in counts.values())):
+        raise DataError(f"malformed {path}: 'train_shard_records' must map file names to record counts")
     return meta
 
 
 def _is_count(value):
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _shard_records(meta, data_dir, train_files):
+    """Each training file's record count from dataset.json, in train_files' order; None if it has none."""
+    counts = meta.get("train_shard_records")
+    if counts is None:
+        return None
+    names = [os.path.basename(path) for path in train_files]
+    path = os.path.join(data_dir, METADATA_FILE)
+    if sorted(counts) != names:
+        raise DataError(f"{path}: train_shard_records names other files than the {len(names)} training "
+                        f"shards in {data_dir}; run `{check_command(data_dir)}` again")
+    if sum(counts.values()) != meta["train_records"]:
+        raise DataError(f"{path}: train_shard_records add up to {sum(counts.values())}, not the "
+                        f"{meta['train_records']} train_records it declares")
+    return tuple(counts[name] for name in names)
 
 
 def _check_metadata_shards(meta, data_dir, train_files, eval_files):
@@ -156,13 +178,13 @@ def train_dataset(info: DatasetInfo, local_batch: int, image_size: int, num_clas
         raise DataError(f"{info.train_records} training records in {info.data_dir} "
                         f"cannot feed {world_size} ranks")
     base_seed = seed + rank
-    if len(info.train_files) >= world_size:
-        mine = list(info.train_files[rank::world_size])
-        files = tf.data.Dataset.from_tensor_slices(mine).shuffle(len(mine), seed=base_seed,
-                                                                 reshuffle_each_iteration=True)
-        records = _interleave_files(files, len(mine), deterministic)
-    else:
-        records = tf.data.TFRecordDataset(list(info.train_files)).shard(world_size, rank)
+    paths, strides, offsets = (list(column) for column in zip(*train_split(info, rank, world_size)))
+    sources = tf.data.Dataset.from_tensor_slices((paths, tf.constant(strides, tf.int64),
+                                                  tf.constant(offsets, tf.int64)))
+    sources = sources.shuffle(len(paths), seed=base_seed, reshuffle_each_iteration=True)
+    records = sources.interleave(lambda path, stride, offset: _read_tfrecords(path).shard(stride, offset),
+                                 cycle_length=max(1, min(len(paths), READ_CYCLE_LENGTH)), block_length=1,
+                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     buffer = max(1, min(SHUFFLE_BUFFER, math.ceil(info.train_records / world_size)))
     # Shuffle before repeat, as the reference does, so every epoch sees each record once.
     records = records.shuffle(buffer, seed=base_seed, reshuffle_each_iteration=True).repeat()
@@ -171,6 +193,36 @@ def train_dataset(info: DatasetInfo, local_batch: int, image_size: int, num_clas
     preprocess = _train_map_fn(image_size, num_classes, dtype, base_seed)
     images = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     return _finish_batches(images, local_batch, True, channels_first)
+
+
+def train_split(info: DatasetInfo, rank: int, world_size: int) -> list[tuple[str, int, int]]:
+    """This rank's training records as (file, stride, offset): it reads every stride-th record from offset.
+
+    Balanced by record, so that in an epoch every rank has about the same number of records to train
+    on (the rules: each record once per epoch). The files that split evenly over the ranks go whole,
+    round robin; each of the len(files) mod world_size files left over is read by every rank, which
+    keeps its own records of it (24 ranks on ImageNet's 1,024 shards: 42 whole files each, and 1/24
+    of the other 16). With fewer files than ranks every file is split that way. The leftover files'
+    records are dealt out as one stream, continuing from file to file (the offsets follow dataset.json's
+    per-file counts), so shares differ by one record at most there; without the counts each file
+    starts the deal one rank later.
+    """
+    files, counts = info.train_files, info.train_shard_records
+    whole = len(files) // world_size * world_size
+    split, dealt = [], 0
+    for index in range(whole, len(files)):
+        split.append((files[index], world_size, (rank - dealt) % world_size))
+        dealt += counts[index] if counts else 1
+    return [(path, 1, 0) for path in files[:whole][rank::world_size]] + split
+
+
+def train_share(info: DatasetInfo, rank: int, world_size: int) -> int | None:
+    """The number of training records train_split gives `rank`; None without per-file counts."""
+    if info.train_shard_records is None:
+        return None
+    counts = dict(zip(info.train_files, info.train_shard_records))
+    return sum(len(range(offset, counts[path], stride)) for path, stride, offset in
+               train_split(info, rank, world_size))
 
 
 def eval_dataset(info: DatasetInfo, local_batch: int, image_size: int, num_classes: int, rank: int,

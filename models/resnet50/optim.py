@@ -268,12 +268,13 @@ def _is_legal_weight_decay(weight_decay: float) -> bool:
 
 
 def closed_rule_violations(name, base_lr, momentum, weight_decay, end_lr, power, epsilon=0.0,
-                           global_batch_size=None, eeta=CLOSED_LARS_EETA) -> list[str]:
+                           global_batch_size=None, eeta=CLOSED_LARS_EETA, warmup_epochs=0) -> list[str]:
     """Human-readable breaches of the closed-division optimizer rules; empty when compliant.
 
     Checks what the 1.1.0 compliance checker checks plus the rule-table items it does not
-    (SGD momentum and power; LARS momentum 0.9 below a 32k batch, when the batch is given;
-    the LARS eeta, which no MLPerf log key carries).
+    (SGD momentum and power, and its warmup in whole epochs; LARS momentum 0.9 below a 32k batch,
+    when the batch is given; the LARS eeta, which no MLPerf log key carries). LARS's warmup may be any
+    constant.
     """
     key = name.lower()
     if key not in ("lars", "sgd"):
@@ -299,4 +300,7 @@ def closed_rule_violations(name, base_lr, momentum, weight_decay, end_lr, power,
             violations.append(f"sgd base learning rate {base_lr} is not a multiple of {CLOSED_SGD_LR_UNIT}")
         if momentum != CLOSED_MOMENTUM:
             violations.append(f"sgd momentum {momentum} is not {CLOSED_MOMENTUM}")
+        if warmup_epochs < 0 or warmup_epochs != int(warmup_epochs):
+            # The rules' hyperparameter table: opt_learning_rate_warmup_epochs, an integer >= 0.
+            violations.append(f"sgd warmup_epochs {warmup_epochs} is not a whole number of epochs")
     return violations

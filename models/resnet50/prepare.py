@@ -70,6 +70,12 @@ def _write_metadata(out_dir, **fields):
     runfiles.write_json(os.path.join(out_dir, METADATA_FILE), fields)
 
 
+def _shard_records(prefix, chunks):
+    """dataset.json's train_shard_records: {file name: records}, which runs balance the ranks by."""
+    return {os.path.basename(_shard_path("", prefix, i, len(chunks))): len(chunk)
+            for i, chunk in enumerate(chunks)}
+
+
 def _write_tfrecords(path, records):
     with tf.io.TFRecordWriter(path) as writer:
         for record in records:
@@ -101,12 +107,14 @@ def write_dataset(out_dir, train, evals, train_shards, eval_shards, **metadata) 
     `metadata` adds to the counts dataset.json gets anyway (records and shards of each split).
     """
     with staged_output(out_dir, DataError) as staging:
-        for i, chunk in enumerate(split_evenly(train, train_shards)):
+        train_chunks = split_evenly(train, train_shards)
+        for i, chunk in enumerate(train_chunks):
             _write_tfrecords(_shard_path(staging, "train", i, train_shards), chunk)
         for i, chunk in enumerate(split_evenly(evals, eval_shards)):
             _write_tfrecords(_shard_path(staging, "validation", i, eval_shards), chunk)
         _write_metadata(staging, train_records=len(train), eval_records=len(evals), train_shards=train_shards,
-                        eval_shards=eval_shards, **metadata)
+                        eval_shards=eval_shards, train_shard_records=_shard_records("train", train_chunks),
+                        **metadata)
     return dataset_info(out_dir)
 
 
@@ -205,15 +213,16 @@ def convert_imagenet(raw_dir, out_dir, train_shards=IMAGENET_TRAIN_SHARDS, eval_
     random.Random(_CONVERT_SEED).shuffle(train)
     train_shards, eval_shards = min(train_shards, len(train)), min(eval_shards, len(evals))
     with staged_output(out_dir, DataError) as staging:
+        train_chunks = split_evenly(train, train_shards)
         jobs = ([(_shard_path(staging, "train", i, train_shards), chunk)
-                 for i, chunk in enumerate(split_evenly(train, train_shards))]
+                 for i, chunk in enumerate(train_chunks)]
                 + [(_shard_path(staging, "validation", i, eval_shards), chunk)
                    for i, chunk in enumerate(split_evenly(evals, eval_shards))])
         boxed = _run_conversion(jobs, len(train) + len(evals), num_workers or os.cpu_count() or 1, progress,
                                 bounding_boxes)
         _write_metadata(staging, train_records=len(train), eval_records=len(evals), num_classes=len(synsets),
                         train_shards=train_shards, eval_shards=eval_shards, source="imagenet",
-                        bounding_boxes=boxed > 0)
+                        bounding_boxes=boxed > 0, train_shard_records=_shard_records("train", train_chunks))
     return dataset_info(out_dir)
 
 
@@ -486,6 +495,8 @@ def check_dataset(data_dir, expect_full_imagenet=True, sample_records=200, progr
     problems += _box_problems(data_dir, scans, meta, expect_full_imagenet)
     problems += _sample_problems(train_files + eval_files, sample_records)
     measured = _measured_metadata(train_scan, eval_scan, expect_full_imagenet)
+    measured["train_shard_records"] = {os.path.basename(path): scans[path].records for path in train_files}
+    problems += _shard_record_problems(data_dir, meta, measured["train_shard_records"])
     return DatasetCheck(data_dir, problems, meta, measured)
 
 
@@ -613,6 +624,17 @@ def _count_problems(data_dir, train_scan, eval_scan, meta, expect_full):
     patterns = {"train_records": TRAIN_PATTERN, "eval_records": EVAL_PATTERN}
     return [f"{os.path.join(data_dir, patterns[key])}: {found[key]} records, {source} expects {expected[key]}"
             for source, expected in sources for key in found if found[key] != expected[key]]
+
+
+def _shard_record_problems(data_dir, meta, counted):
+    """dataset.json's per-file counts against the records read: runs balance the ranks by them."""
+    declared = (meta or {}).get("train_shard_records")
+    if declared is None or declared == counted:
+        return []
+    differ = sorted(name for name in set(declared) | set(counted) if declared.get(name) != counted.get(name))
+    return [f"{os.path.join(data_dir, METADATA_FILE)}: train_shard_records differs from the records read for "
+            f"{len(differ)} file(s), first {differ[0]} ({declared.get(differ[0])} declared, "
+            f"{counted.get(differ[0])} read)"]
 
 
 def _coverage_problems(data_dir, scans, kind, pattern):

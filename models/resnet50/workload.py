@@ -55,8 +55,34 @@ def division(config, info):
     reasons += optim.closed_rule_violations(
         config.optimizer, base_lr=config.base_lr, weight_decay=config.weight_decay, end_lr=config.end_lr,
         power=config.poly_power, epsilon=config.lars_epsilon, momentum=config.momentum,
-        global_batch_size=config.global_batch_size, eeta=config.lars_eeta)
+        global_batch_size=config.global_batch_size, eeta=config.lars_eeta, warmup_epochs=config.warmup_epochs)
     return Division("open" if reasons else "closed", tuple(reasons))
+
+
+def epoch_coverage_reason(info, world_size, rank_epoch_samples):
+    """Why an epoch would show some rank a record twice (closed: each record once per epoch), or None.
+
+    Every rank trains steps_per_epoch x its local batch per epoch, so its share of the training records
+    (models/resnet50/data.py, train_split) must hold that many. dataset.json's per-file counts give the
+    shares exactly; without them, only a file count that divides evenly over the ranks is taken on trust
+    (the reference's near-equal shards, one file list per rank).
+    """
+    if info is None:
+        return None
+    from models.resnet50 import data
+    shares = [data.train_share(info, rank, world_size) for rank in range(world_size)]
+    if None in shares:
+        if len(info.train_files) % world_size == 0:
+            return None
+        return (f"{len(info.train_files)} training files over {world_size} ranks, and {info.data_dir}'s "
+                f"dataset.json has no per-file record counts to show that every rank's share holds an "
+                f"epoch (run `{data.check_command(info.data_dir)}` to add them)")
+    short = [(rank, share) for rank, share in enumerate(shares) if share < rank_epoch_samples]
+    if not short:
+        return None
+    rank, share = short[0]
+    return (f"rank {rank}'s share of the training records is {share}, fewer than the {rank_epoch_samples} it "
+            f"trains per epoch: it would see some records twice in an epoch (closed: each record once)")
 
 
 def _datasets(config, world, seed, batch, eval_batch):
@@ -121,12 +147,16 @@ def build_job(config, world, seed):
             weight_decay=config.weight_decay, end_lr=config.end_lr, power=config.poly_power,
             epsilon=config.lars_epsilon),
     }
+    verdict = division(config, info)
+    coverage = epoch_coverage_reason(info, world.size, steps_per_epoch * batch)
+    if coverage:
+        verdict = Division("open", (*verdict.reasons, coverage))
     return Job(
         benchmark=BENCHMARK, model=model, optimizer=optimizer, train_data=train, eval_data=make_eval,
         loss_fn=_loss_fn(config), eval_fn=_top1, blocks=plan_blocks(config, steps_per_epoch),
         target_accuracy=config.target_accuracy, global_batch_size=config.global_batch_size,
         local_batch_size=batch, train_samples=train_records, eval_samples=eval_records,
-        division=division(config, info), hyperparameters=hyperparameters,
+        division=verdict, hyperparameters=hyperparameters,
         tensor_names=list(mlperf_tensor_names(model)),
         learning_rate=lambda step: float(schedule(step)),
         describe_error=(lambda err: data.describe_data_error(err, info)) if info else None,

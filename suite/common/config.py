@@ -42,7 +42,12 @@ class CommonConfig:
     submission_status: str = "onprem"
     clear_cache: bool = True
     """Try to drop the OS page cache before the run (MLPerf asks for a cold cache): local rank 0 of
-    every host tries, and the log's cache_clear is true only if every host managed it."""
+    every host tries, and the log's cache_clear is true only if every host managed it. A cache left
+    warm makes the run open division, unless system_restarted says the nodes were restarted."""
+    system_restarted: bool = False
+    """The operator's statement that every node was restarted right before this run (the rules' other
+    way to a cold cache, for containers that cannot drop it): a run whose cache_clear is false then
+    stays closed, and config.json records the statement."""
     save_checkpoints: bool = False
     """Save model, optimizer and step after every evaluation in <run-dir>/checkpoints (last 2 kept)."""
     resume_from: str = ""

@@ -22,10 +22,12 @@ class Block:
 
 @dataclass(frozen=True)
 class Division:
-    """closed or open, with the reasons a run left the closed rules."""
+    """closed or open, with the reasons a run left the closed rules, and what a closed label rests on
+    that the suite could not check itself (an operator's statement), so that a reviewer sees it."""
 
     name: str
     reasons: tuple = ()
+    statements: tuple = ()
 
 
 @dataclass
@@ -59,9 +61,10 @@ class Job:
     accumulation_steps: int = 1
     """Micro-batches per optimizer step on each rank; local_batch_size must divide by it."""
     log_samples_trained: bool = False
+    """Log `train_samples`, the samples actually trained, before run_stop at every end of the run
+    (BERT's convergence unit)."""
     eval_unit: str = "samples"
     """What eval_fn's count counts, for progress lines (BERT counts masked tokens)."""
-    """Log `train_samples` at the end as the samples actually trained (BERT's convergence unit)."""
     describe_error: Callable[[BaseException], str] = None
     flops_per_sample: float = 0.0
     """Floating-point operations to train on one sample (forward and backward), from the model's

@@ -205,11 +205,15 @@ def train(job, world, log, config, say=print, run_dir=None):
     # which MLPerf lets happen before run_start. (XLA still compiles at the first call.)
     train_step.get_concrete_function(*job.train_data.element_spec)
 
-    # The clock starts before any rank touches the dataset: every rank waits here for the
-    # slowest, and the input pipeline is only started after run_start.
-    dist.barrier("start_line")
+    # The clock starts before any rank touches the dataset: every rank waits here for the slowest,
+    # rank 0 then writes run_start, and only after that are the ranks let go (a second barrier), so no
+    # rank's input pipeline, started below, can open a file before run_start is in the log.
+    if job.log_samples_trained:
+        log.track_samples(step * job.global_batch_size)
+    dist.barrier("init_done")
     log.end("init_stop")
     log.start("run_start")
+    dist.barrier("start_line")
     run_started = time.perf_counter()
     iterator = iter(job.train_data)
     evals, accuracy, status, loss, synced = [], float("nan"), ABORTED, None, False
@@ -232,6 +236,7 @@ def train(job, world, log, config, say=print, run_dir=None):
                     dist.broadcast_state(job.model, job.optimizer)
                     synced = True
                 step += 1
+                log.samples_trained(step * job.global_batch_size)
                 if step == config.poison_weights_at_step:
                     poison(job.model)
                 interval = timer.tick(loss)
@@ -258,9 +263,7 @@ def train(job, world, log, config, say=print, run_dir=None):
         if accuracy >= job.target_accuracy:
             status = SUCCESS
             break
-    if job.log_samples_trained:
-        log.event("train_samples", step * job.global_batch_size)
-    log.run_stop(status)
+    log.run_stop(status)  # after train_samples, when the workload logs it
     return RunOutcome(status=status, accuracy=accuracy, weights_digest=weights_digest(job.model),
                       evals=evals, steps=step,
                       train_seconds=time.perf_counter() - run_started, timing=timer.summary(),

@@ -21,6 +21,7 @@ class MLPerfLog:
         self.path = path
         self.enabled = enabled
         self._stopped = False
+        self._samples_trained = None  # an int once track_samples is called
         self._lock = threading.RLock()
         self._logger = None
         if enabled:
@@ -92,15 +93,31 @@ class MLPerfLog:
         self.end(mllog.constants.EVAL_STOP, metadata={"epoch_num": epoch_num})
         self.event(mllog.constants.EVAL_ACCURACY, float(accuracy), metadata={"epoch_num": epoch_num})
 
+    def track_samples(self, trained=0):
+        """From now on every end of the run, normal or aborted, logs train_samples right before run_stop.
+
+        BERT's convergence unit: the 2.1.0 checker wants it exactly once, and an aborted run (NaN loss,
+        a lost rank, a signal) is an allowed non-converged result only if its log passes.
+        """
+        self._samples_trained = trained
+
+    def samples_trained(self, count):
+        """The samples trained so far (the loop calls it after every step)."""
+        if self._samples_trained is not None:
+            self._samples_trained = count
+
     def run_stop(self, status, reason=None):
         """Closes the run once; later calls are ignored so an abort after success cannot overwrite it.
 
-        Also called from the signal watcher's thread while the main thread may be logging.
+        Also called from the signal watcher's and the rank watch's threads while the main thread may be
+        logging.
         """
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
+            if self._samples_trained is not None:
+                self.event("train_samples", self._samples_trained)
             metadata = {"status": status}
             if reason:
                 metadata["reason"] = reason

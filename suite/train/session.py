@@ -100,13 +100,14 @@ def _run(spec, config, preset, run_dir, state, options):
     log_path = _on_root(world, lambda: rundir.prepare(run_dir), "run_dir_ready")
     # A throughput run is not an MLPerf run: it writes no result log.
     state.log = log = MLPerfLog(log_path, enabled=world.is_root and not options.throughput)
-    log.event("cache_clear", _clear_page_cache_on_every_host(world) if config.clear_cache else False)
+    cache_cleared = _clear_page_cache_on_every_host(world) if config.clear_cache else False
+    log.event("cache_clear", cache_cleared)
     log.start("init_start")
     say(f"{spec.title}: preset {preset}, {world.size} rank(s) via {world.launcher} on {world.device}, "
         f"seed {seed}, run directory {run_dir}")
 
     state.job = job = spec.build_job(config, world, seed)
-    job.division = division_of_run(job.division, config)
+    job.division = division_of_run(job.division, config, cache_cleared)
     # The weights are built (and loaded) alike on every rank; from here on each rank draws its own
     # random stream, so dropout masks differ between ranks as they would on one large batch.
     dist.seed_per_rank(seed, world.rank)
@@ -121,7 +122,7 @@ def _run(spec, config, preset, run_dir, state, options):
         rundir.write_json(os.path.join(run_dir, "config.json"),
                           {"preset": preset, "config": to_dict(config), "seed": seed,
                            "division": job.division.name, "open_reasons": list(job.division.reasons),
-                           **job.details})
+                           "operator_statements": list(job.division.statements), **job.details})
         rundir.write_json(os.path.join(run_dir, "env.json"),
                           {**rundir.environment(world, ranks), "profile": options.profile_record,
                            "network": net})
@@ -415,14 +416,24 @@ def _one_line(job, err):
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def division_of_run(division, config):
+def division_of_run(division, config, cache_cleared):
     """The workload's verdict plus the rules every benchmark shares."""
-    reasons = list(division.reasons)
+    reasons, statements = list(division.reasons), list(division.statements)
     if config.resume_from:
         reasons.append(f"resumed from {config.resume_from} (closed: one uninterrupted run)")
     if config.poison_weights_at_step:
         reasons.append("weights poisoned with NaN for a test (poison_weights_at_step)")
-    return Division("open" if reasons else "closed", tuple(reasons))
+    if not cache_cleared:
+        # The rules (Data State at Start of Run): flush the cache or restart the system before the run.
+        why = ("clear_cache is false" if not config.clear_cache
+               else "a host could not drop its page cache (not root, or a container)")
+        if config.system_restarted:
+            statements.append(f"cache_clear false ({why}); the operator states that every node was "
+                              f"restarted before the run (system_restarted=true)")
+        else:
+            reasons.append(f"cache_clear false: {why} (closed: flush the page cache or restart every node "
+                           f"before the run; set system_restarted=true when they were restarted)")
+    return Division("open" if reasons else "closed", tuple(reasons), tuple(statements))
 
 
 def draw_seed():

@@ -1,10 +1,12 @@
 """Runs a model entry point (`python -m MODULE ARGS`) with test-only changes to one rank's behaviour.
 
-Usage: python tests/scripts/run_injected.py [--slow-root-writes SECONDS] [--cache-clear-fails-on RANK]
-                                            [--probe-dropout] MODULE [ARGS...]
+Usage: python tests/scripts/run_injected.py [--slow-root-writes SECONDS] [--slow-run-start SECONDS]
+                                            [--cache-clear-fails-on RANK] [--probe-dropout] MODULE [ARGS...]
 
 --slow-root-writes   rank 0 sleeps before each JSON file it writes (config.json, env.json): a slow
                      rank 0, so the other ranks would run ahead if nothing held them at the start line.
+--slow-run-start     rank 0 sleeps right before it writes run_start into the MLPerf log: a rank let go
+                     from the start line before run_start is written would read its shards meanwhile.
 --cache-clear-fails-on  that rank's attempt to drop the page cache reports failure, as on a host
                      where /proc/sys/vm/drop_caches is read-only.
 --probe-dropout      instead of training, each rank runs its model once in training mode and once in
@@ -34,6 +36,17 @@ def slow_root_writes(seconds):
         time.sleep(seconds)
         write_json(path, data)
     rundir.write_json = slow
+
+
+def slow_run_start(seconds):
+    from suite.train import mlperf
+    start = mlperf.MLPerfLog.start
+
+    def slow(self, key, value=None, metadata=None):
+        if key == "run_start":
+            time.sleep(seconds)
+        start(self, key, value, metadata)
+    mlperf.MLPerfLog.start = slow
 
 
 def failing_cache_clear():
@@ -67,6 +80,7 @@ def probe_dropout():
 def main(argv):
     parser = argparse.ArgumentParser()
     parser.add_argument("--slow-root-writes", type=float, default=0.0)
+    parser.add_argument("--slow-run-start", type=float, default=0.0)
     parser.add_argument("--cache-clear-fails-on", type=int, default=None)
     parser.add_argument("--probe-dropout", action="store_true")
     parser.add_argument("module")
@@ -75,6 +89,8 @@ def main(argv):
     rank = rank_from_launcher()
     if args.slow_root_writes and rank == 0:
         slow_root_writes(args.slow_root_writes)
+    if args.slow_run_start and rank == 0:
+        slow_run_start(args.slow_run_start)
     if args.cache_clear_fails_on == rank:
         failing_cache_clear()
     if args.probe_dropout:
