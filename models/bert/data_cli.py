@@ -103,8 +103,26 @@ def _check(args, data, prepare):
         path = prepare.write_metadata(args.data_dir, new_metadata)
         print(f"wrote {path}: runs take the data's lengths and counts from it and read no record before "
               f"run_start")
+        info = data.dataset_info(args.data_dir)
+    _stamp(args, prepare, info)
     print(_summary(args, info))
     return 0
+
+
+def _stamp(args, prepare, info):
+    """The closed-division stamp, once the MLPerf data and the phase-1 checkpoint have both passed in full."""
+    from models.bert import stamp
+    if not (args.data_dir and args.checkpoint_dir) or info is None or info.generated:
+        return
+    if args.skip_md5:
+        print(f"no {stamp.STAMP_FILE} written: --skip-md5 left the checkpoint's MD5s unchecked, and closed "
+              f"runs need them verified")
+        return
+    layout = prepare.checkpoint_layout(args.checkpoint_dir)
+    path = stamp.write(args.data_dir, info.train_files + info.eval_files, layout.values(),
+                       {name: prepare.CHECKPOINT_FILES[name][1] for name in layout})
+    print(f"wrote {path}: runs on this data with this checkpoint may be closed division (they compare "
+          f"file sizes and times with it, reading no record)")
 
 
 def _cross_problems(args, data, prepare, info):

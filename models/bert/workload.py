@@ -81,8 +81,30 @@ def load_model_config(config):
     return (BertConfig.from_json_file(path) if path else BERT_LARGE), path
 
 
-def division(config, model_config, info):
-    """closed when the run follows the closed BERT rules, else open with the reasons."""
+def checkpoint_files(init_checkpoint):
+    """The TF1 files (index and data) of an init_checkpoint given as a folder or a prefix."""
+    path = init_checkpoint_path(init_checkpoint)
+    prefix = os.path.join(path, "*") if os.path.isdir(path) else path
+    return sorted(glob.glob(prefix + ".index") + glob.glob(prefix + ".data-*"))
+
+
+def stamp_problem(config, info):
+    """Why the data and checkpoint are not those `data_cli check` verified (models/bert/stamp.py), or None.
+
+    Only os.stat: the run may not read the records before run_start, nor afford to digest 4 GB.
+    """
+    from models.bert import stamp
+    if config.synthetic or info is None or not config.init_checkpoint:
+        return None  # open for its own reasons already
+    return stamp.problem(config.data_dir, info.train_files + info.eval_files,
+                         checkpoint_files(config.init_checkpoint))
+
+
+def division(config, model_config, info, unverified=None):
+    """closed when the run follows the closed BERT rules, else open with the reasons.
+
+    unverified: stamp_problem's line, when the MLPerf data and phase-1 checkpoint are not the verified ones.
+    """
     from models.bert import optim
     from models.bert.model import BERT_LARGE
     reasons = []
@@ -95,6 +117,8 @@ def division(config, model_config, info):
         reasons.append("model is not BERT-large")
     if not config.init_checkpoint:
         reasons.append("no initial checkpoint (closed: the MLPerf phase-1 checkpoint)")
+    elif unverified and not config.synthetic and not (info is not None and info.generated):
+        reasons.append(unverified)
     if (config.max_seq_length, config.max_predictions_per_seq) != (512, 76):
         reasons.append(f"sequence length {config.max_seq_length} / {config.max_predictions_per_seq} "
                        f"predictions (closed: 512 / 76)")
@@ -188,7 +212,8 @@ def build_job(config, world, seed):
         loss_fn=_loss, eval_fn=_masked_lm_counts, blocks=plan_blocks(config),
         target_accuracy=config.target_accuracy, global_batch_size=config.global_batch_size,
         local_batch_size=batch, train_samples=0, eval_samples=eval_records,
-        division=division(config, model_config, info), hyperparameters=hyperparameters,
+        division=division(config, model_config, info, stamp_problem(config, info)),
+        hyperparameters=hyperparameters,
         tensor_names=list(mlperf_tensor_names(model)),
         learning_rate=lambda step: float(schedule(step)),
         accumulation_steps=config.accumulation_steps, log_samples_trained=True, eval_unit="masked tokens",
