@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # A user's own value wins.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup setup-tf2.15 demo demo-bert test test-tf2.15 image-test lint clean
+.PHONY: setup setup-tf2.15 demo demo-bert test test-fast test-tf2.15 image-test lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -49,6 +49,11 @@ lint: setup
 test: setup lint
 	$(PY) -m pytest --durations=60
 	@$(MAKE) --no-print-directory test-tf2.15
+
+# The inner loop: lint, unit tests and single-process runs (every test not marked slow, i.e. not
+# starting several processes); docs/testing.md.
+test-fast: setup lint
+	$(PY) -m pytest -m "not slow" -q
 
 # TensorFlow 2.15 (NGC-era Keras 2, no tf-keras): unit tests and the launchers, in a second
 # cached environment with its own Horovod build.

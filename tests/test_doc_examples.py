@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, subprocess_env
 
-DOCS = ("README.md", "hostfiles/README.md")
+DOCS = ("docs/launching.md", "hostfiles/README.md")
 ENTRY_POINTS = ("suite.cluster.launch", "suite.cluster.sweep")
 LAUNCHERS = ("horovodrun", "mpirun", "srun")
 EXIT = re.compile(r"\bexit (\d+)\b")
@@ -70,10 +70,10 @@ EXAMPLES = _all_examples()
 
 
 def test_the_docs_and_help_texts_give_dry_run_examples():
-    """Each place has at least one, and the README shows every launcher and the sweep."""
+    """Each place has at least one, and the launching page shows every launcher and the sweep."""
     places = {place for place, _, _ in EXAMPLES}
     assert places == {*DOCS, *(f"{name} --help" for name in ENTRY_POINTS)}
-    readme = " ".join(command for place, command, _ in EXAMPLES if place == "README.md")
+    readme = " ".join(command for place, command, _ in EXAMPLES if place == "docs/launching.md")
     assert "--launcher srun" in readme and "--launcher mpirun" in readme and "suite.cluster.sweep" in readme
 
 
@@ -153,10 +153,11 @@ def _check_placeholders(stdout, launches, marked):
         assert re.search(r"(hostfiles/\w+:\d+ host|profile \S+ \(\S+\.yaml:\d+\)) ", line), line
 
 
-def test_the_readme_shows_the_listing_the_first_example_prints(clean_clone):
-    """The sample placeholder listing in the README is what its first dry-run example prints (up to '...')."""
+def test_the_docs_show_the_listing_the_first_example_prints(clean_clone):
+    """The sample placeholder listing on the launching page is what its first dry-run example prints
+    (up to '...')."""
     root, pythonpath = clean_clone
-    with open(os.path.join(REPO, "README.md")) as handle:
+    with open(os.path.join(REPO, "docs", "launching.md")) as handle:
         text = handle.read()
     sample = re.search(r"```\n(# \d+ placeholders? left.*?)```", text, flags=re.S)[1].splitlines()
     result = run_as_written(doc_examples(text)[0][0], root, pythonpath)
