@@ -5,7 +5,7 @@
 #                           [--target STAGE] [--registry REGISTRY] [--push] [--ngc-tag TAG]
 #                           [--name NAME] [--dry-run]
 #   --device      which image (default: all): gpu = container/Dockerfile.gpu (NGC base),
-#                 cpu = container/Dockerfile.cpu (the README set-up)
+#                 cpu = container/Dockerfile.cpu (the set-up of make setup)
 #   --engine      docker (default) or buildah (Debian's; RUN steps under chroot isolation, layers
 #                 cached, and the Horovod wheel cache $SUITE_CACHE_DIR/images/wheels mounted in)
 #   --base-image  build argument BASE_IMAGE: the Debian + Python 3.11 image under the CPU image and
