@@ -21,6 +21,7 @@ import yaml
 
 from conftest import REPO, run
 from suite.cluster import deploy, launch
+from suite.cluster.deploy import dockerfile, job as deploy_job, k8s, slurm
 from suite.common import profiles
 
 GOLDEN = os.path.join(REPO, "tests", "golden", "deploy")
@@ -90,7 +91,7 @@ def deploy_cli(*args):
 
 def check_golden(path, text):
     if REGENERATE:
-        deploy.write_atomic(path, text)
+        deploy_job.write_atomic(path, text)
         return
     assert os.path.exists(path), f"no golden {path}; create it with DEPLOY_REGENERATE=1 (see the module doc)"
     with open(path) as handle:
@@ -234,7 +235,7 @@ def test_tuning_flags_and_model_args_reach_the_job():
     ("myuser/suite:1", "myuser/suite:1"),
 ])
 def test_pyxis_image_names(image, expected):
-    assert deploy.pyxis_image(image) == expected
+    assert slurm.pyxis_image(image) == expected
 
 
 # --- Kubernetes ----------------------------------------------------------------------------------
@@ -474,7 +475,7 @@ def launcher_run(tmp_path, failing=(), wait_seconds=None, hostfile=True):
     doc = yaml.safe_load(render(CASES["mpijob-2n.yaml"]))
     script = launcher_of(doc)["args"][0]
     if wait_seconds is not None:
-        line = f"readonly wait_seconds={deploy.WORKER_WAIT_SECONDS}\n"
+        line = f"readonly wait_seconds={k8s.WORKER_WAIT_SECONDS}\n"
         assert line in script
         script = script.replace(line, f"readonly wait_seconds={wait_seconds}\n")
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
@@ -676,12 +677,12 @@ def test_cpu_image_runs_the_readme_setup_and_nothing_else():
 def test_gpu_image_pins_come_from_the_sources():
     text = render(DOCKERFILES["Dockerfile.gpu"])
     pins = requirement_pins()
-    for name in deploy.GPU_PINS:
+    for name in dockerfile.GPU_PINS:
         assert f"{name}=={pins[name]}" in text
     with open(os.path.join(REPO, "scripts", "setup.sh")) as handle:
         horovod = re.search(r"^HOROVOD_VERSION=(\S+)", handle.read(), re.MULTILINE)[1]
     assert f"ARG HOROVOD_VERSION={horovod}\n" in text
-    assert f"ARG NGC_TAG={deploy.DEFAULT_NGC_TAG}\n" in text
+    assert f"ARG NGC_TAG={dockerfile.DEFAULT_NGC_TAG}\n" in text
     assert "FROM nvcr.io/nvidia/tensorflow:${NGC_TAG}" in text
     horovod_run = next(rest for _, word, rest in instructions(text) if word == "RUN" and "horovod==" in rest)
     # Rebuilt only when the base image's Horovod does not import, and then with NCCL, MPI and Gloo.
@@ -851,15 +852,15 @@ def test_cli_does_not_import_tensorflow():
 
 
 def test_default_run_id_and_job_name():
-    run_id = deploy.default_run_id("models.resnet50", "closed_32xA100_gbs3264", 4)
+    run_id = deploy_job.default_run_id("models.resnet50", "closed_32xA100_gbs3264", 4)
     assert re.fullmatch(r"resnet50-closed_32xA100_gbs3264-4n-\d{8}-\d{6}", run_id)
-    name = deploy.job_name(run_id)
+    name = k8s.job_name(run_id)
     assert name.startswith("resnet50-closed-32xa100-gbs3264-4n-") and DNS_LABEL.match(f"{name}-worker-3")
 
 
 def test_a_model_without_a_workload_is_rendered_with_a_note():
-    assert deploy.model_presets("models.no_such_benchmark") is None
-    assert deploy.model_presets("models.resnet50").BENCHMARK == "resnet"
+    assert deploy_job.model_presets("models.no_such_benchmark") is None
+    assert deploy_job.model_presets("models.resnet50").BENCHMARK == "resnet"
 
 
 SLURM = ["slurm", *job(2, *SLURM_PATHS)]
