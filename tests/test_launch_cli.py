@@ -266,13 +266,14 @@ def test_the_two_a100_profiles_name_their_shapes_and_their_own_nics():
     (oracle-quickstart/oci-hpc playbooks/roles/nccl-conf/templates/a100_b4.8 and bm.gpu4.8)."""
     gm4, gpu4 = profiles.load("oci-bm-gpu-gm4-8"), profiles.load("oci-bm-gpu4-8")
     assert gm4.shapes == ("BM.GPU.A100-v2.8", "BM.GPU.GM4.8") and gpu4.shapes == ("BM.GPU4.8",)
-    gm4_nics, gpu4_nics = set(profiles.rdma_devices(gm4)), set(profiles.rdma_devices(gpu4))
+    gm4_nics, gpu4_nics = set(profiles.rdma_devices(gm4.env)), set(profiles.rdma_devices(gpu4.env))
     assert len(gm4_nics) == len(gpu4_nics) == 16
     assert gm4_nics - gpu4_nics == {"mlx5_4", "mlx5_5"} and gpu4_nics - gm4_nics == {"mlx5_0", "mlx5_13"}
     # The NIC Oracle gives UCX on each shape is not one NCCL uses there.
     assert gpu4.env["UCX_NET_DEVICES"] == "mlx5_4:1" and "mlx5_4" not in gpu4_nics
     assert gm4.env["UCX_NET_DEVICES"] == "mlx5_0:1" and "mlx5_0" not in gm4_nics
-    assert profiles.load("tcp-only").shapes == () and profiles.rdma_devices(profiles.load("tcp-only")) == ()
+    tcp = profiles.load("tcp-only")
+    assert tcp.shapes == () and profiles.rdma_devices(tcp.env) == ()
 
 
 def test_a_bad_shape_is_refused(tmp_path):

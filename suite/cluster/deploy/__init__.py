@@ -7,9 +7,10 @@ import sys
 from suite.cluster import launch
 from suite.cluster.deploy import dockerfile, k8s, slurm
 from suite.cluster.deploy.dockerfile import DEFAULT_CPU_BASE, DEFAULT_NGC_TAG
-from suite.cluster.deploy.job import (DATA_MOUNT, MAX_NODES, MODELS, RESULTS_MOUNT, DeployError, plan_job,
-                                      write_atomic)
-from suite.cluster.deploy.k8s import DEFAULT_SSH_PORT, NETWORK_MODES, SRIOV_NETWORK, SRIOV_RESOURCE, SRIOV_VFS
+from suite.cluster.deploy.job import (DATA_MOUNT, MAX_NODES, MODELS, REPO, RESULTS_MOUNT, DeployError,
+                                      plan_job, write_atomic)
+from suite.cluster.deploy.k8s import (DEFAULT_SSH_PORT, NETWORK_MODES, SRIOV_NETWORK, SRIOV_RESOURCE,
+                                      SRIOV_VFS)
 from suite.cluster.launch import LaunchError
 from suite.common import profiles
 from suite.common.profiles import ProfileError
@@ -62,16 +63,17 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True, metavar="{slurm,k8s,dockerfile,all}",
                                 parser_class=Parser)
-    job, slurm, k8s, ssh, image = _job_flags(), _slurm_flags(), _k8s_flags(), _ssh_flags(), _image_flags()
+    job_f, slurm_f, k8s_f = _job_flags(), _slurm_flags(), _k8s_flags()
+    ssh_f, image_f = _ssh_flags(), _image_flags()
     single = "write the file here (atomically) instead of printing it"
-    sub.add_parser("slurm", parents=[job, slurm], help="sbatch script: srun --mpi=pmix with a Pyxis "
-                   "container").add_argument("--out", metavar="FILE", help=single)
-    sub.add_parser("k8s", parents=[job, k8s, ssh], help="Kubeflow MPI Operator MPIJob "
+    sub.add_parser("slurm", parents=[job_f, slurm_f], help="sbatch script: srun in a Pyxis "
+                   "container, or --bare-metal").add_argument("--out", metavar="FILE", help=single)
+    sub.add_parser("k8s", parents=[job_f, k8s_f, ssh_f], help="Kubeflow MPI Operator MPIJob "
                    "(kubeflow.org/v2beta1)").add_argument("--out", metavar="FILE", help=single)
-    docker = sub.add_parser("dockerfile", parents=[image, ssh], help="the GPU (NGC) or CPU Dockerfile")
+    docker = sub.add_parser("dockerfile", parents=[image_f, ssh_f], help="the GPU (NGC) or CPU Dockerfile")
     docker.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="default: gpu")
     docker.add_argument("--out", metavar="FILE", help=single)
-    every = sub.add_parser("all", parents=[job, slurm, k8s, ssh, image],
+    every = sub.add_parser("all", parents=[job_f, slurm_f, k8s_f, ssh_f, image_f],
                            help="slurm.sbatch, mpijob.yaml, Dockerfile.gpu and Dockerfile.cpu in --out DIR")
     every.add_argument("--out", metavar="DIR", required=True, help="folder for the rendered files")
     return parser
@@ -90,13 +92,20 @@ def _job_flags():
                            "network_interface): NCCL_SOCKET_IFNAME, Gloo's and Open MPI's TCP interface")
     what.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                       help="set or override one variable of the profile's env; repeatable")
-    what.add_argument("--image", required=True, help="the GPU image, as pushed by container/build.sh")
+    what.add_argument("--image", help="the GPU image, as pushed by container/build.sh (Slurm: or a squashfs "
+                      "file made with enroot import); required except for slurm --bare-metal")
     what.add_argument("--data", required=True, help="dataset: a host path on every node (Kubernetes: "
                       "or pvc:CLAIM), mounted read-only at " + DATA_MOUNT)
     what.add_argument("--results", required=True, help="shared results folder: a host path (Kubernetes: "
                       "or pvc:CLAIM), mounted at " + RESULTS_MOUNT)
     what.add_argument("--run-id", help="the run's folder under --results (default: "
                       "<model>-<preset>-<N>n-<UTC time>); also the job's name")
+    what.add_argument("--mpi-subnet", metavar="CIDR",
+                      help="Open MPI's TCP traffic (btl and oob tcp_if_include) by subnet instead of the "
+                           "interface name, for nodes whose NIC names differ")
+    what.add_argument("--numa-bind", action=argparse.BooleanOptionalAction, default=None,
+                      help="bind each rank to a NUMA domain: srun --cpu-bind=ldoms, mpirun --map-by numa "
+                           "--bind-to numa (default: on for a GPU profile, off for a CPU one)")
     tuning = flags.add_argument_group("Horovod tuning (overrides the profile, as in suite.cluster.launch)")
     tuning.add_argument("--fusion-threshold-mb", type=int, help="HOROVOD_FUSION_THRESHOLD, in MiB")
     tuning.add_argument("--cycle-time-ms", type=float, help="HOROVOD_CYCLE_TIME, in ms")
@@ -108,30 +117,61 @@ def _job_flags():
 
 def _slurm_flags():
     flags = Parser(add_help=False)
-    slurm = flags.add_argument_group("Slurm")
-    slurm.add_argument("--time", default="04:00:00", help="time limit (default: 04:00:00)")
-    slurm.add_argument("--partition", help="#SBATCH --partition")
-    slurm.add_argument("--account", help="#SBATCH --account")
+    group = flags.add_argument_group("Slurm")
+    group.add_argument("--time", default="04:00:00", help="time limit (default: 04:00:00)")
+    group.add_argument("--partition", help="#SBATCH --partition (checked against sinfo where it answers)")
+    group.add_argument("--account", help="#SBATCH --account (checked against sacctmgr where it answers)")
+    group.add_argument("--mpi", choices=slurm.MPI_CHOICES, default="auto",
+                       help="srun's PMI type: pmix or pmi2; auto picks pmi2 in a Pyxis container (no enroot "
+                            "hook needed) and pmix on bare metal; the script says why (default: auto)")
+    group.add_argument("--ntasks-per-node", type=int, metavar="N",
+                       help="processes per node; required with a CPU profile (a GPU profile runs one per "
+                            "GPU)")
+    bare = flags.add_argument_group("Slurm without a container")
+    bare.add_argument("--bare-metal", action="store_true",
+                      help="no Pyxis container: srun runs the suite from the shared file system with its "
+                           "own interpreter (no --image)")
+    bare.add_argument("--suite-dir", metavar="DIR",
+                      help=f"--bare-metal: the suite checkout on the nodes (default: this one, {REPO})")
+    bare.add_argument("--python", metavar="PATH",
+                      help=f"--bare-metal: the interpreter of the suite's environment on the nodes "
+                           f"(default: this one, {sys.executable})")
     return flags
 
 
 def _k8s_flags():
     flags = Parser(add_help=False)
-    k8s = flags.add_argument_group("Kubernetes")
-    k8s.add_argument("--namespace", help="the MPIJob's namespace (default: kubectl's)")
-    k8s.add_argument("--network-mode", choices=NETWORK_MODES, default="oci-host",
-                     help="how workers reach the RDMA NICs: oci-host (the nodes' own network and NICs), "
-                          "sriov (NVIDIA Network Operator VFs), none (pod network, no RDMA); "
-                          "default: oci-host")
-    k8s.add_argument("--rdma-vfs", type=int, metavar="N",
-                     help=f"--network-mode sriov: VFs per worker (default: {SRIOV_VFS}, one per RDMA port)")
-    k8s.add_argument("--operator-wait", action=argparse.BooleanOptionalAction, default=True,
-                     help="launcherCreationPolicy: WaitForWorkersReady (MPI Operator v0.5.0 and later); "
-                          "--no-operator-wait for older operators (default: on)")
-    k8s.add_argument("--host-ipc", action="store_true", help="pods share the node's IPC namespace")
+    group = flags.add_argument_group("Kubernetes")
+    group.add_argument("--namespace", help="the MPIJob's namespace (default: kubectl's)")
+    group.add_argument("--network-mode", choices=NETWORK_MODES, default="oci-host",
+                       help="how workers reach the RDMA NICs: oci-host (the nodes' own network and NICs), "
+                            "sriov (NVIDIA Network Operator VFs), none (pod network, no RDMA); "
+                            "default: oci-host")
+    group.add_argument("--rdma-vfs", type=int, metavar="N",
+                       help=f"--network-mode sriov: VFs per worker (default: {SRIOV_VFS}, one per RDMA "
+                            f"port)")
+    group.add_argument("--operator-wait", action=argparse.BooleanOptionalAction, default=True,
+                       help="launcherCreationPolicy: WaitForWorkersReady (MPI Operator v0.5.0 and later); "
+                            "--no-operator-wait for older operators (default: on)")
+    group.add_argument("--host-ipc", action="store_true", help="pods share the node's IPC namespace")
     for names, nargs, replacement in REPLACED_K8S_FLAGS:
-        k8s.add_argument(*names, action=_Replaced, nargs=nargs, replacement=replacement)
-    k8s.add_argument("--shm-size", metavar="QUANTITY", help="size limit of the /dev/shm emptyDir, e.g. 64Gi")
+        group.add_argument(*names, action=_Replaced, nargs=nargs, replacement=replacement)
+    group.add_argument("--shm-size", metavar="QUANTITY", default=k8s.DEFAULT_SHM,
+                       help=f"size limit of the workers' memory-backed /dev/shm (default: "
+                            f"{k8s.DEFAULT_SHM}, as Oracle's OKE manifests)")
+    group.add_argument("--worker-cpu", metavar="QUANTITY", default=k8s.DEFAULT_WORKER_CPU,
+                       help=f"each worker's CPU request and limit (default: {k8s.DEFAULT_WORKER_CPU})")
+    group.add_argument("--worker-memory", metavar="QUANTITY", default=k8s.DEFAULT_WORKER_MEMORY,
+                       help=f"each worker's memory request and limit, /dev/shm included (default: "
+                            f"{k8s.DEFAULT_WORKER_MEMORY}); requests = limits makes the workers Guaranteed")
+    group.add_argument("--instance-type", metavar="NAME",
+                       help="the workers' nodeSelector node.kubernetes.io/instance-type (default: the "
+                            "profile's first shape; '' for none)")
+    group.add_argument("--launcher-instance-type", metavar="NAME",
+                       help="pin the launcher to nodes of this instance type too (default: unpinned)")
+    group.add_argument("--image-pull-secret", action="append", default=[], metavar="NAME",
+                       help="imagePullSecrets of both pods, a docker-registry Secret in the job's "
+                            "namespace; repeatable")
     return flags
 
 
@@ -177,6 +217,8 @@ def render(args, model_args, argv):
         if model_args:
             raise DeployError("dockerfile takes no model arguments after --")
         return {f"Dockerfile.{args.device}": dockerfile.render(args.device, args)}, []
+    if args.what == "all" and args.bare_metal:
+        raise DeployError("--bare-metal is for the slurm subcommand alone (the MPIJob runs the image)")
     planned = plan_job(args, model_args, rendered_by(argv))
     if args.what == "slurm":
         files = {"slurm.sbatch": slurm.render(planned, args)}

@@ -278,9 +278,9 @@ def _shapes(path, shapes):
     return tuple(shapes)
 
 
-def rdma_devices(profile):
+def rdma_devices(env):
     """The RDMA devices an exact NCCL_IB_HCA list names (=mlx5_1,mlx5_2:1,...); () for a prefix or none."""
-    hca = profile.env.get("NCCL_IB_HCA", "")
+    hca = env.get("NCCL_IB_HCA", "")
     if not hca.startswith("=") or PLACEHOLDER in hca:
         return ()
     return tuple(name.split(":", 1)[0] for name in hca[1:].split(",") if name)
