@@ -125,8 +125,8 @@ def render(argv):
     return next(iter(files.values()))
 
 
-def deploy_cli(*args):
-    return run([sys.executable, "-m", "suite.cluster.deploy", *args], timeout=60)
+def deploy_cli(*args, **env):
+    return run([sys.executable, "-m", "suite.cluster.deploy", *args], timeout=60, **env)
 
 
 def check_golden(path, text):
@@ -1106,3 +1106,41 @@ def test_cli_errors(case):
 
 def test_out_is_a_folder(tmp_path):
     assert_one_line_error(deploy_cli(*K8S, "--out", str(tmp_path)), f"--out {tmp_path}", "folder")
+
+
+def cluster_tools(tmp_path, **outputs):
+    """Stand-in sinfo, sacctmgr or kubectl printing the given text, in a folder of their own."""
+    bin_dir = tmp_path / "cluster-tools"
+    bin_dir.mkdir()
+    for name, text in outputs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\nprintf '%s\\n' {shlex.quote(text)}\n")
+        (bin_dir / name).chmod(0o755)
+    return str(bin_dir)
+
+
+def test_partition_and_account_are_checked_where_slurm_answers(tmp_path, monkeypatch):
+    monkeypatch.setattr(deploy_job, "QUERY_PATH", cluster_tools(tmp_path, sinfo="gpu\ncpu\ngpu",
+                                                                sacctmgr="mlperf|\nother|"))
+    monkeypatch.setenv("USER", "alice")
+    assert "#SBATCH --partition=gpu\n#SBATCH --account=mlperf\n" in render(CASES["slurm-2n.sbatch"])
+    for flag, value, known in (("--partition", "a100", "cpu, gpu"), ("--account", "ml", "mlperf, other")):
+        result = deploy_cli(*replace(CASES["slurm-2n.sbatch"], flag, value),
+                            SUITE_CLUSTER_TOOLS=str(tmp_path / "cluster-tools"), USER="alice")
+        assert_one_line_error(result, f"{flag} {value}: not a {flag[2:]} this cluster knows ({known})")
+
+
+def test_a_read_write_once_results_claim_is_refused_where_kubectl_tells(tmp_path, monkeypatch):
+    tools = cluster_tools(tmp_path, kubectl='["ReadWriteOnce"]')
+    result = deploy_cli(*CASES["mpijob-2n.yaml"], SUITE_CLUSTER_TOOLS=tools)
+    assert_one_line_error(result, "--results pvc:mlperf-results: the claim is ReadWriteOnce",
+                          "the launcher is never created", "ReadWriteMany claim (OCI File Storage)")
+    # One worker attaches a ReadWriteOnce claim alone; a ReadWriteMany claim is fine at any scale.
+    monkeypatch.setattr(deploy_job, "QUERY_PATH", tools)
+    assert render(CASES["mpijob-1n.yaml"])
+    (tmp_path / "rwx").mkdir()
+    rwx = cluster_tools(tmp_path / "rwx", kubectl='["ReadWriteMany"]')
+    ok = deploy_cli(*CASES["mpijob-2n.yaml"], SUITE_CLUSTER_TOOLS=rwx)
+    assert ok.returncode == 0 and "ReadWriteMany" not in ok.stderr, ok.stderr
+    # Where kubectl cannot tell, a note says what the claim must be.
+    unknown = deploy_cli(*CASES["mpijob-2n.yaml"])
+    assert unknown.returncode == 0 and "must be ReadWriteMany (OCI File Storage" in unknown.stderr
