@@ -44,11 +44,12 @@ UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
 LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # MPI carries only Horovod's control traffic (the gradients go over NCCL): Open MPI's ob1 over TCP,
-# as the MPI Operator's own Horovod example passes `-mca pml ob1` (kubeflow/mpi-operator
-# examples/v2beta1/horovod) and Oracle's OKE manifests keep UCX on TCP and eth0 (oracle-quickstart/
-# oci-hpc-oke manifests/nccl-tests/kueue/BM.GPU.A100-v2.8.yaml: UCX_TLS=tcp, UCX_NET_DEVICES=eth0).
-# Without it Open MPI may pick pml ucx on UCX_NET_DEVICES' RDMA NIC. The btl list leaves out the
-# verbs ones (openib, uct); excluding a component that is not built is harmless. --env overrides.
+# as the MPI Operator's own Horovod example passes `-mca pml ob1 -mca btl ^openib` (kubeflow/
+# mpi-operator examples/v2beta1/horovod/tensorflow-mnist.yaml) and Oracle's OKE manifests keep UCX on
+# TCP and eth0 (oracle-quickstart/oci-hpc-oke manifests/nccl-tests/kueue/BM.GPU.A100-v2.8.yaml:
+# UCX_TLS=tcp, UCX_NET_DEVICES=eth0). Without it Open MPI may pick pml ucx on UCX_NET_DEVICES' RDMA
+# NIC. The btl list leaves out the verbs ones (openib, and uct, UCX's); excluding a component that is
+# not built is harmless. --env overrides either.
 MPIJOB_MPI_ENV = {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "^openib,uct"}
 # Worker requests = limits (the pod is Guaranteed, not BestEffort): the figures Oracle gives a training
 # pod on these nodes (oracle-quickstart/oci-hpc-oke docs/running-pytorch-jobs-on-oke-using-hostnetwork-
