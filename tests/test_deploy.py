@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import yaml
 
 from conftest import REPO, run
 from suite.cluster import deploy, launch
+from suite.cluster.deploy import dockerfile, job as deploy_job, k8s, slurm
 from suite.common import profiles
 
 GOLDEN = os.path.join(REPO, "tests", "golden", "deploy")
@@ -28,17 +30,17 @@ CONTAINER = os.path.join(REPO, "container")
 REGENERATE = os.environ.get("DEPLOY_REGENERATE") == "1"
 IMAGE = "registry.example.com/mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu"
 PRESETS = {1: "closed_8xA100_gbs3264", 2: "closed_16xA100_gbs3264", 4: "closed_32xA100_gbs3264"}
-# The OCI profile leaves MPI's TCP interface for the user, as the launcher tests do.
-# The front-end interface the OCI profile leaves open, and Oracle's way of giving MPI's TCP
-# traffic a subnet rather than an interface (an --env override of one interface variable).
-OCI = ["--profile", "oci-bm-gpu-gm4-8", "--network-interface", "eth0",
-       "--env", "OMPI_MCA_btl_tcp_if_include=10.0.0.0/16"]
+# The front-end interface the OCI profile leaves open, and Open MPI's TCP traffic by subnet rather
+# than by interface name (--mpi-subnet), which a host-network launcher on any node needs.
+OCI = ["--profile", "oci-bm-gpu-gm4-8", "--network-interface", "eth0", "--mpi-subnet", "10.0.0.0/16"]
+GPU4 = ["--profile", "oci-bm-gpu4-8", "--network-interface", "eth0", "--mpi-subnet", "10.0.0.0/16"]
 
 
 def oci_env():
-    """What the OCI job's ranks must see: the profile with eth0, the subnet override."""
+    """What the OCI job's ranks must see: the profile with eth0, Open MPI's TCP by subnet."""
     oci = profiles.with_interface(profiles.load("oci-bm-gpu-gm4-8"), "eth0")
-    return {**oci.env, "OMPI_MCA_btl_tcp_if_include": "10.0.0.0/16"}
+    subnet = {key: "10.0.0.0/16" for key in ("OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include")}
+    return {**oci.env, **subnet}
 
 
 TCP_ONLY = ["--profile", "tcp-only", "--network-interface", "eth0"]
@@ -47,6 +49,20 @@ TCP_ONLY = ["--profile", "tcp-only", "--network-interface", "eth0"]
 def job(nodes, *where, model="models.resnet50", preset=None, profile=OCI):
     return ["--model", model, "--preset", preset or PRESETS[nodes], "--nodes", str(nodes), *profile,
             "--image", IMAGE, *where, "--run-id", f"rn50-{nodes}n"]
+
+
+def replace(argv, flag, value):
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def without(argv, *flags):
+    argv = list(argv)
+    for flag in flags:
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    return argv
 
 
 # The variables the profile's Horovod tuning adds to every job's environment.
@@ -72,8 +88,33 @@ CASES = {
                             "--fusion-threshold-mb", "64", "--hierarchical-allreduce", "--timeline",
                             "/results/rn50-2n/timeline.json", "--time", "1-00:00:00",
                             "--", "--set", "fp16_allreduce=true"],
+    # BM.GPU4.8 in a container with PMIx (the node check then looks for enroot's hook), from a squashfs
+    # file on the shared file system, without NUMA binding.
+    "slurm-2n-gpu4-pmix.sbatch": ["slurm", *replace(job(2, *SLURM_PATHS, profile=GPU4), "--image",
+                                                    "/shared/images/mlperf-hvd-suite.sqsh"),
+                                  "--mpi", "pmix", "--no-numa-bind"],
+    # Bare metal with a CPU profile: what a Slurm cluster without Pyxis or GPUs runs.
+    "slurm-2n-bare-metal-cpu.sbatch": ["slurm", *without(job(2, *SLURM_PATHS, preset="tiny_cpu",
+                                                             profile=["--profile", "local-cpu"]), "--image"),
+                                       "--bare-metal", "--ntasks-per-node", "2", "--suite-dir",
+                                       "/shared/mlperf-hvd-suite", "--python",
+                                       "/shared/mlperf-hvd-suite/.venv/bin/python"],
+    # BM.GPU4.8 on OKE: a launcher pinned to the workers' shape (names then match, no subnet needed),
+    # a private registry, bounded workers, no NUMA binding.
+    "mpijob-2n-gpu4.yaml": ["k8s", *job(2, *K8S_PATHS, profile=["--profile", "oci-bm-gpu4-8",
+                                                                "--network-interface", "eth0"]),
+                            "--launcher-instance-type", "BM.GPU4.8", "--image-pull-secret", "ocir-pull",
+                            "--worker-cpu", "96", "--worker-memory", "1Ti", "--shm-size", "64Gi",
+                            "--no-numa-bind"],
 }
 DOCKERFILES = {"Dockerfile.gpu": ["dockerfile"], "Dockerfile.cpu": ["dockerfile", "--device", "cpu"]}
+
+
+@pytest.fixture(autouse=True)
+def no_cluster_tools(monkeypatch):
+    """The renderer asks sinfo, sacctmgr and kubectl where they answer: here they never do, unless a
+    test gives stand-ins."""
+    monkeypatch.setattr(deploy_job, "QUERY_PATH", os.devnull)
 
 
 def render(argv):
@@ -84,13 +125,13 @@ def render(argv):
     return next(iter(files.values()))
 
 
-def deploy_cli(*args):
-    return run([sys.executable, "-m", "suite.cluster.deploy", *args], timeout=60)
+def deploy_cli(*args, **env):
+    return run([sys.executable, "-m", "suite.cluster.deploy", *args], timeout=60, **env)
 
 
 def check_golden(path, text):
     if REGENERATE:
-        deploy.write_atomic(path, text)
+        deploy_job.write_atomic(path, text)
         return
     assert os.path.exists(path), f"no golden {path}; create it with DEPLOY_REGENERATE=1 (see the module doc)"
     with open(path) as handle:
@@ -169,15 +210,34 @@ def test_sbatch_shape(nodes):
     assert "gpus-per-task" not in directives and directives["exclusive"] == ""
     assert directives["job-name"] == f"rn50-{nodes}n" and directives["output"].startswith("/shared/results/")
     assert (directives["partition"], directives["account"]) == ("gpu", "mlperf")
-    srun = text[text.index("\nsrun "):]
-    assert "--mpi=pmix" in srun and "--ntasks-per-node=8" in srun
+    srun = text[text.index('\nsrun --mpi="$MPI"'):]
+    # A Pyxis container: pmi2 by default (no enroot hook needed), the reason written above it.
+    assert "readonly MPI=pmi2\n" in text and "# --mpi auto in a Pyxis container: pmi2" in text
+    assert "--ntasks-per-node=8" in srun and "--cpu-bind=ldoms" in srun
     assert '--container-image="$IMAGE"' in srun
-    named = sorted(set(oci_env()) | HOROVOD | {"SUITE_PROFILE", "SUITE_PROFILE_RESOLVED"})
+    named = sorted(set(oci_env()) | HOROVOD | {"SUITE_PROFILE", "SUITE_PROFILE_RESOLVED", "NCCL_DEBUG_FILE"})
     assert f"--container-env={','.join(named)} " in srun
+    assert f"export NCCL_DEBUG_FILE=/results/rn50-{nodes}n/nccl.%h.%p.log\n" in text
     assert "readonly IMAGE='registry.example.com#mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu'" in text
     assert '"$DATA_DIR":/data:ro,"$RESULTS_DIR":/results' in srun
     assert srun.rstrip().endswith(f"python -m models.resnet50 --preset {PRESETS[nodes]} --data-dir /data "
                                   f"--run-dir /results/rn50-{nodes}n")
+
+
+def stand_in_srun(bin_dir, record, offers="pmi2 pmix"):
+    """An srun that lists `offers` for --mpi=list, passes the node check and records the main step."""
+    (bin_dir / "srun").write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                                  f"if sys.argv[1:] == ['--mpi=list']:\n"
+                                  f"    print('MPI plugin types are...')\n"
+                                  f"    print('\\n'.join({offers.split()!r}))\n"
+                                  f"    sys.exit(0)\n"
+                                  f"if '--mpi=none' in sys.argv:\n"
+                                  f"    checks = open({str(record)!r} + '.checks', 'a')\n"
+                                  f"    checks.write(' '.join(sys.argv[1:4]) + '\\n')\n"
+                                  f"    sys.exit(0)\n"
+                                  f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, "
+                                  f"open({str(record)!r}, 'w'))\n")
+    (bin_dir / "srun").chmod(0o755)
 
 
 def test_sbatch_script_runs_with_a_stand_in_srun(tmp_path):
@@ -185,10 +245,7 @@ def test_sbatch_script_runs_with_a_stand_in_srun(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = tmp_path / "srun.json"
-    (bin_dir / "srun").write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                                  f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, "
-                                  f"open({str(record)!r}, 'w'))\n")
-    (bin_dir / "srun").chmod(0o755)
+    stand_in_srun(bin_dir, record)
     results = tmp_path / "results"
     script = tmp_path / "job.sbatch"
     script.write_text(render(["slurm", *job(2, "--data", "/shared/data", "--results", str(results))]))
@@ -196,14 +253,17 @@ def test_sbatch_script_runs_with_a_stand_in_srun(tmp_path):
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert (results / "rn50-2n").is_dir()
+    # The node check ran first, one task on every node, outside any container and PMI.
+    assert (tmp_path / "srun.json.checks").read_text() == "--ntasks-per-node=1 --mpi=none --cpu-bind=none\n"
     seen = json.loads(record.read_text())
     for key, value in oci_env().items():
         assert seen["env"][key] == value, key
     # A shipped profile is in the image: the ranks are told its name, and that it is applied.
     assert (seen["env"]["SUITE_PROFILE"], seen["env"]["SUITE_PROFILE_RESOLVED"]) == ("oci-bm-gpu-gm4-8", "1")
     assert seen["env"]["HOROVOD_FUSION_THRESHOLD"] == str(128 * 1024 * 1024)
+    assert seen["env"]["NCCL_DEBUG_FILE"] == "/results/rn50-2n/nccl.%h.%p.log"
     argv = seen["argv"]
-    assert argv[:4] == ["--mpi=pmix", "--ntasks-per-node=8", "--cpu-bind=none", "--export=ALL"]
+    assert argv[:4] == ["--mpi=pmi2", "--ntasks-per-node=8", "--cpu-bind=ldoms", "--export=ALL"]
     # Pyxis lets the image's value of a variable win unless srun names it in --container-env: every
     # variable the script exports (the profile's, --env's, Horovod's) must be named, and be set.
     named = next(arg for arg in argv if arg.startswith("--container-env=")).split("=", 1)[1].split(",")
@@ -214,6 +274,38 @@ def test_sbatch_script_runs_with_a_stand_in_srun(tmp_path):
     assert "--container-mounts=/shared/data:/data:ro," + str(results) + ":/results" in argv
     assert argv[-9:] == ["python", "-m", "models.resnet50", "--preset", PRESETS[2], "--data-dir", "/data",
                          "--run-dir", "/results/rn50-2n"]
+
+
+def test_sbatch_stops_when_srun_does_not_offer_its_pmi(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in_srun(bin_dir, tmp_path / "srun.json", offers="none pmix")
+    script = tmp_path / "job.sbatch"
+    script.write_text(render(["slurm", *job(2, "--data", "/shared/data", "--results", str(tmp_path))]))
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2"}
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and not (tmp_path / "srun.json").exists()
+    assert result.stderr == (f"error: node {socket.gethostname()}: srun --mpi=list does not offer pmi2; "
+                             f"render with --mpi and one it lists (pmix or pmi2)\n")
+
+
+def test_bare_metal_cpu_script_for_a_slurm_without_pyxis_or_gpus(tmp_path):
+    """What a CPU Slurm cluster runs as it is: no GPUs asked or checked, pmix, the suite from its folder."""
+    text = render(CASES["slurm-2n-bare-metal-cpu.sbatch"])
+    directives = sbatch_directives(text)
+    assert "gpus-per-node" not in directives and directives["ntasks-per-node"] == "2"
+    assert "readonly MPI=pmix\n" in text and "# --mpi auto on bare metal: pmix" in text
+    assert "--container" not in text.split("NODE_CHECK_END\n)", 1)[1] and "NCCL_DEBUG_FILE" not in text
+    srun = text[text.index('\nsrun --mpi="$MPI"'):]
+    assert '--chdir="$SUITE_DIR"' in srun and "--cpu-bind=none" in srun
+    assert srun.rstrip().endswith('"$PYTHON" -m models.resnet50 --preset tiny_cpu --data-dir "$DATA_DIR" '
+                                  '--run-dir "$RUN_DIR"')
+    assert "readonly PYTHON=/shared/mlperf-hvd-suite/.venv/bin/python\n" in text
+    assert "readonly DATA_DIR=/shared/data/imagenet\n" in text
+    assert "want_gpus=0\n" in text and "want_rdma=''\n" in text and "need_pyxis=no\n" in text
+    # By default the suite and interpreter this renderer runs from.
+    default = render(without(CASES["slurm-2n-bare-metal-cpu.sbatch"], "--suite-dir", "--python"))
+    assert f"readonly SUITE_DIR={REPO}\n" in default and f"readonly PYTHON={sys.executable}\n" in default
 
 
 def test_tuning_flags_and_model_args_reach_the_job():
@@ -234,7 +326,7 @@ def test_tuning_flags_and_model_args_reach_the_job():
     ("myuser/suite:1", "myuser/suite:1"),
 ])
 def test_pyxis_image_names(image, expected):
-    assert deploy.pyxis_image(image) == expected
+    assert slurm.pyxis_image(image) == expected
 
 
 # --- Kubernetes ----------------------------------------------------------------------------------
@@ -286,6 +378,12 @@ def validate_mpijob(doc):
         check_pod(template)
         for container in containers:
             check_container(container, template["spec"])
+    # Workers are Guaranteed pods, their /dev/shm bounded and inside their memory limit; they run on the
+    # nodes of one instance type where the renderer knows it.
+    worker = replicas["Worker"]["template"]["spec"]
+    assert guaranteed(worker), worker["containers"][0].get("resources")
+    shm = next(v for v in worker["volumes"] if v["name"] == "dshm")["emptyDir"]
+    assert quantity(shm["sizeLimit"]) < quantity(worker["containers"][0]["resources"]["limits"]["memory"])
 
 
 def check_run_policy(policy):
@@ -294,8 +392,42 @@ def check_run_policy(policy):
         assert policy.get(key, 0) >= 0, key
 
 
+QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+SUFFIXES = {None: 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "Ki": 2**10, "Mi": 2**20,
+            "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+# Label values (Kubernetes apimachinery validation IsValidLabelValue): 63 characters at most.
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# The PodSpec fields the renderer sets (Kubernetes pkg/apis/core/types.go); strict validation rejects others.
+POD_FIELDS = {"containers", "volumes", "hostNetwork", "dnsPolicy", "hostIPC", "nodeSelector",
+              "imagePullSecrets"}
+
+
+def quantity(value):
+    if isinstance(value, int):
+        return value
+    match = QUANTITY.match(value)
+    return float(match[1]) * SUFFIXES[match[3]]
+
+
+def guaranteed(pod):
+    """Kubernetes' Guaranteed QoS: every container has cpu and memory limits, and requests equal to them."""
+    for container in pod["containers"]:
+        resources = container.get("resources", {})
+        limits, requests = resources.get("limits", {}), resources.get("requests", resources.get("limits", {}))
+        if not {"cpu", "memory"} <= set(limits) or any(requests.get(k, v) != v for k, v in limits.items()):
+            return False
+    return True
+
+
 def check_pod(template):
     pod = template["spec"]
+    assert set(pod) <= POD_FIELDS, set(pod) - POD_FIELDS
+    for key, value in pod.get("nodeSelector", {}).items():
+        assert LABEL_KEY.match(key) and isinstance(value, str) and LABEL_VALUE.match(value), (key, value)
+    for secret in pod.get("imagePullSecrets", []):
+        assert set(secret) == {"name"} and K8S_NAME.match(secret["name"]), secret
     assert pod.get("dnsPolicy", "ClusterFirst") in DNS_POLICIES
     # kubelet resolves ClusterFirst like Default on a host-network pod: only ClusterFirstWithHostNet
     # reaches the cluster DNS that knows the worker names of the hostfile.
@@ -306,6 +438,9 @@ def check_pod(template):
     for volume in pod.get("volumes", []):
         sources = set(volume) - {"name"}
         assert len(sources) == 1 and sources <= VOLUME_SOURCES, volume
+        if "emptyDir" in volume:
+            assert set(volume["emptyDir"]) <= {"medium", "sizeLimit"}
+            assert QUANTITY.match(volume["emptyDir"].get("sizeLimit", "1")), volume
         if "hostPath" in volume:
             assert volume["hostPath"]["path"].startswith("/")
             assert volume["hostPath"].get("type", "") in HOST_PATH_TYPES
@@ -330,8 +465,16 @@ def check_container(container, pod_spec):
     security = container.get("securityContext", {})
     assert isinstance(security.get("privileged", False), bool)
     assert all(isinstance(cap, str) for cap in security.get("capabilities", {}).get("add", []))
-    for key, value in container.get("resources", {}).get("limits", {}).items():
-        assert isinstance(value, int) and value > 0, (key, value)
+    resources = container.get("resources", {})
+    assert set(resources) <= {"requests", "limits"}, resources
+    for kind in resources.values():
+        for key, value in kind.items():
+            assert isinstance(value, int) and value > 0 or isinstance(value, str) and QUANTITY.match(value), \
+                (key, value)
+    # A request above its limit is refused by the API server.
+    for key, value in resources.get("requests", {}).items():
+        if key in resources.get("limits", {}):
+            assert quantity(value) <= quantity(resources["limits"][key]), key
 
 
 def workers_of(doc):
@@ -356,11 +499,13 @@ def mpirun_words(doc):
 def test_mpijobs_are_valid(name, tmp_path):
     doc = yaml.safe_load(render(CASES[name]))
     validate_mpijob(doc)
-    # The launcher's script is bash: it must parse and pass shellcheck too.
-    script = tmp_path / "launcher.sh"
-    script.write_text("#!/bin/bash\n" + launcher_of(doc)["args"][0])
-    bash_syntax(script)
-    shellcheck(script)
+    # The launcher's and the workers' scripts are bash: they must parse and pass shellcheck too.
+    for role, text in (("launcher", launcher_of(doc)["args"][0]),
+                       ("worker", workers_of(doc)["spec"]["containers"][0]["args"][0])):
+        script = tmp_path / f"{role}.sh"
+        script.write_text("#!/bin/bash\n" + text)
+        bash_syntax(script)
+        shellcheck(script)
 
 
 @pytest.mark.parametrize("nodes", [1, 2, 4])
@@ -377,14 +522,23 @@ def test_mpijob_shape(nodes):
     template = workers_of(doc)
     pod = template["spec"]
     worker = pod["containers"][0]
-    # No RDMA device-plugin resource: OKE advertises none in host-network mode.
-    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    # No RDMA device-plugin resource: OKE advertises none in host-network mode. Requests = limits: a
+    # Guaranteed pod, with Oracle's figures for a training pod on these nodes.
+    bounded = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 8}
+    assert worker["resources"] == {"requests": bounded, "limits": bounded}
     assert "annotations" not in template["metadata"]
+    # Pinned to the profile's shape by OKE's instance-type label; the launcher is not.
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "BM.GPU.A100-v2.8"}
+    assert "nodeSelector" not in pods_of(doc)[0] and "imagePullSecrets" not in pod
     assert worker["securityContext"] == {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}}
-    assert worker["command"] == ["/usr/local/bin/mlperf-sshd"] and worker["args"] == ["2222"]
+    # The node check first, then sshd in the foreground.
+    assert worker["command"] == ["/bin/bash", "-c"]
+    check = worker["args"][0]
+    assert "check_shape\n" in check and "want_shapes='BM.GPU.A100-v2.8 BM.GPU.GM4.8'" in check
+    assert worker["args"][0].endswith("\nexec /usr/local/bin/mlperf-sshd 2222\n")
     assert worker["readinessProbe"]["tcpSocket"]["port"] == 2222
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
-    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
     assert volumes["data"]["hostPath"]["path"] == "/mnt/data/imagenet"
     assert volumes["results"]["persistentVolumeClaim"]["claimName"] == "mlperf-results"
     mounts = {mount["mountPath"]: mount for mount in worker["volumeMounts"]}
@@ -412,6 +566,12 @@ def test_profile_env_on_workers_and_forwarded_by_mpirun(nodes):
     words = mpirun_words(doc)
     assert words[:3] == ["exec", "mpirun", "--allow-run-as-root"]
     assert words[words.index("-np") + 1] == str(8 * nodes)
+    # NUMA-local ranks, as Oracle's OKE manifests bind them.
+    assert words[words.index("--map-by") + 1] == "numa" and words[words.index("--bind-to") + 1] == "numa"
+    # MPI over ob1 and TCP only, on the nodes' subnet whatever the NIC is called.
+    assert (env["OMPI_MCA_pml"], env["OMPI_MCA_btl"]) == ("ob1", "^openib,uct")
+    assert env["OMPI_MCA_oob_tcp_if_include"] == env["OMPI_MCA_btl_tcp_if_include"] == "10.0.0.0/16"
+    assert env["NCCL_DEBUG_FILE"] == f"/results/rn50-{nodes}n/nccl.%h.%p.log"
     forwarded = {words[i + 1] for i, word in enumerate(words) if word == "-x"}
     # Every variable of the launcher's env reaches the ranks by name; no value is on the command line.
     assert set(env) | {"PATH", "LD_LIBRARY_PATH"} == forwarded
@@ -431,7 +591,10 @@ def test_mpijob_sriov():
     assert doc["metadata"]["namespace"] == "mlperf"
     networks = template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"].split(",")
     assert networks == ["default/rdma-vf"] * 16
-    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8, "nvidia.com/rdma-vf": 16}
+    assert worker["resources"]["limits"] == {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 8,
+                                             "nvidia.com/rdma-vf": 16} == worker["resources"]["requests"]
+    # The VFs carry other names than the host's devices: no exact device check then.
+    assert "want_rdma=''" in worker["args"][0]
     for each in pods_of(doc):
         assert "hostNetwork" not in each and "dnsPolicy" not in each and each["hostIPC"] is True
     assert worker["securityContext"]["privileged"] is True
@@ -439,7 +602,8 @@ def test_mpijob_sriov():
     assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "64Gi"
     env = {item["name"]: item["value"] for item in worker["env"]}
     assert env["NCCL_IB_HCA"] == "mlx5"
-    assert worker["args"] == ["2022"] and worker["readinessProbe"]["tcpSocket"]["port"] == 2022
+    assert worker["args"][0].endswith("\nexec /usr/local/bin/mlperf-sshd 2022\n")
+    assert worker["readinessProbe"]["tcpSocket"]["port"] == 2022
     words = mpirun_words(doc)
     assert words[words.index("plm_rsh_args") + 1] == "-p 2022"
     assert launcher_of(doc)["args"][0].rstrip().endswith("--set xla=true")
@@ -450,7 +614,9 @@ def test_mpijob_without_rdma():
     assert "launcherCreationPolicy" not in doc["spec"]
     template = workers_of(doc)
     worker = template["spec"]["containers"][0]
-    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8} and "securityContext" not in worker
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == 8 and "securityContext" not in worker
+    # tcp-only names no shape: no nodeSelector.
+    assert "nodeSelector" not in template["spec"]
     assert "annotations" not in template["metadata"]
     assert {volume["name"] for volume in template["spec"]["volumes"]} == {"dshm", "data", "results"}
     for pod in pods_of(doc):
@@ -474,7 +640,7 @@ def launcher_run(tmp_path, failing=(), wait_seconds=None, hostfile=True):
     doc = yaml.safe_load(render(CASES["mpijob-2n.yaml"]))
     script = launcher_of(doc)["args"][0]
     if wait_seconds is not None:
-        line = f"readonly wait_seconds={deploy.WORKER_WAIT_SECONDS}\n"
+        line = f"readonly wait_seconds={k8s.WORKER_WAIT_SECONDS}\n"
         assert line in script
         script = script.replace(line, f"readonly wait_seconds={wait_seconds}\n")
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
@@ -676,12 +842,12 @@ def test_cpu_image_runs_the_readme_setup_and_nothing_else():
 def test_gpu_image_pins_come_from_the_sources():
     text = render(DOCKERFILES["Dockerfile.gpu"])
     pins = requirement_pins()
-    for name in deploy.GPU_PINS:
+    for name in dockerfile.GPU_PINS:
         assert f"{name}=={pins[name]}" in text
     with open(os.path.join(REPO, "scripts", "setup.sh")) as handle:
         horovod = re.search(r"^HOROVOD_VERSION=(\S+)", handle.read(), re.MULTILINE)[1]
     assert f"ARG HOROVOD_VERSION={horovod}\n" in text
-    assert f"ARG NGC_TAG={deploy.DEFAULT_NGC_TAG}\n" in text
+    assert f"ARG NGC_TAG={dockerfile.DEFAULT_NGC_TAG}\n" in text
     assert "FROM nvcr.io/nvidia/tensorflow:${NGC_TAG}" in text
     horovod_run = next(rest for _, word, rest in instructions(text) if word == "RUN" and "horovod==" in rest)
     # Rebuilt only when the base image's Horovod does not import, and then with NCCL, MPI and Gloo.
@@ -851,39 +1017,46 @@ def test_cli_does_not_import_tensorflow():
 
 
 def test_default_run_id_and_job_name():
-    run_id = deploy.default_run_id("models.resnet50", "closed_32xA100_gbs3264", 4)
+    run_id = deploy_job.default_run_id("models.resnet50", "closed_32xA100_gbs3264", 4)
     assert re.fullmatch(r"resnet50-closed_32xA100_gbs3264-4n-\d{8}-\d{6}", run_id)
-    name = deploy.job_name(run_id)
+    name = k8s.job_name(run_id)
     assert name.startswith("resnet50-closed-32xa100-gbs3264-4n-") and DNS_LABEL.match(f"{name}-worker-3")
 
 
 def test_a_model_without_a_workload_is_rendered_with_a_note():
-    assert deploy.model_presets("models.no_such_benchmark") is None
-    assert deploy.model_presets("models.resnet50").BENCHMARK == "resnet"
+    assert deploy_job.model_presets("models.no_such_benchmark") is None
+    assert deploy_job.model_presets("models.resnet50").BENCHMARK == "resnet"
 
 
 SLURM = ["slurm", *job(2, *SLURM_PATHS)]
 K8S = ["k8s", *job(2, *K8S_PATHS)]
 
-
-def replace(argv, flag, value):
-    argv = list(argv)
-    argv[argv.index(flag) + 1] = value
-    return argv
-
-
-def without(argv, *flags):
-    argv = list(argv)
-    for flag in flags:
-        i = argv.index(flag)
-        del argv[i:i + 2]
-    return argv
-
-
 ERRORS = {
     "unknown_profile": (replace(SLURM, "--profile", "oci-gm4"), ["unknown profile 'oci-gm4'", "tcp-only"]),
-    "cpu_profile": (without(replace(SLURM, "--profile", "local-cpu"), "--env"),
-                    ["--profile local-cpu", "gpus_per_node is 0"]),
+    "cpu_profile_k8s": (without(replace(K8S, "--profile", "local-cpu"), "--mpi-subnet",
+                                "--network-interface"),
+                        ["--profile local-cpu", "gpus_per_node is 0", "Slurm only"]),
+    "cpu_profile_without_tasks": (without(replace(SLURM, "--profile", "local-cpu"), "--mpi-subnet",
+                                          "--network-interface"),
+                                  ["--profile local-cpu has no GPUs", "--ntasks-per-node N"]),
+    "tasks_against_gpus": ([*SLURM, "--ntasks-per-node", "4"], ["--ntasks-per-node 4", "8 GPUs a node"]),
+    "bad_subnet": (replace(SLURM, "--mpi-subnet", "10.0.0/99"), ["--mpi-subnet 10.0.0/99", "10.0.0.0/16"]),
+    "subnet_and_env": ([*SLURM, "--env", "OMPI_MCA_oob_tcp_if_include=ens3"],
+                       ["--mpi-subnet 10.0.0.0/16", "--env OMPI_MCA_oob_tcp_if_include"]),
+    "launcher_may_lack_the_nic": (without(K8S, "--mpi-subnet"),
+                                  ["OMPI_MCA_oob_tcp_if_include=eth0", "--mpi-subnet",
+                                   "--launcher-instance-type BM.GPU.A100-v2.8"]),
+    "bad_instance_type": ([*K8S, "--instance-type", "BM GPU"], ["--instance-type 'BM GPU'"]),
+    "bad_pull_secret": ([*K8S, "--image-pull-secret", "Bad_Secret"], ["--image-pull-secret 'Bad_Secret'"]),
+    "shm_over_memory": ([*K8S, "--shm-size", "600Gi"], ["--shm-size 600Gi", "--worker-memory 512Gi"]),
+    "bad_worker_cpu": ([*K8S, "--worker-cpu", "lots"], ["--worker-cpu 'lots'"]),
+    "bare_metal_all": (["all", *job(2, *SLURM_PATHS), "--bare-metal", "--out", "/tmp/x"],
+                       ["--bare-metal is for the slurm subcommand"]),
+    "bad_mpi": ([*SLURM, "--mpi", "openmpi"], ["argument --mpi", "pmix"]),
+    "no_image": (without(SLURM, "--image"), ["--image is required", "--bare-metal"]),
+    "relative_suite_dir": ([*SLURM, "--bare-metal", "--suite-dir", "suite"], ["--suite-dir suite"]),
+    "suite_dir_without_suite": ([*SLURM, "--bare-metal", "--suite-dir", "/tmp"],
+                                ["--suite-dir /tmp", "holds no suite"]),
     "zero_nodes": (replace(SLURM, "--nodes", "0"), ["--nodes 0", "1 to 4"]),
     "five_nodes": (replace(K8S, "--nodes", "5"), ["--nodes 5", "1 to 4"]),
     "nodes_not_a_number": (replace(SLURM, "--nodes", "two"), ["argument --nodes", "'two'"]),
@@ -894,7 +1067,7 @@ ERRORS = {
                              ["--preset tiny_cpu", "global batch 32", "24 ranks"]),
     "placeholder": (without(SLURM, "--network-interface"),
                     ["network_interface is a placeholder", "--network-interface <name>"]),
-    "bad_env": (replace(K8S, "--env", "NOEQUALS"), ["--env NOEQUALS", "KEY=VALUE"]),
+    "bad_env": ([*K8S, "--env", "NOEQUALS"], ["--env NOEQUALS", "KEY=VALUE"]),
     "relative_data": (replace(SLURM, "--data", "data/imagenet"), ["--data data/imagenet", "absolute"]),
     "pvc_under_slurm": (replace(SLURM, "--results", "pvc:results"), ["--results pvc:results"]),
     "relative_k8s_results": (replace(K8S, "--results", "results"), ["--results results", "pvc:"]),
@@ -933,3 +1106,41 @@ def test_cli_errors(case):
 
 def test_out_is_a_folder(tmp_path):
     assert_one_line_error(deploy_cli(*K8S, "--out", str(tmp_path)), f"--out {tmp_path}", "folder")
+
+
+def cluster_tools(tmp_path, **outputs):
+    """Stand-in sinfo, sacctmgr or kubectl printing the given text, in a folder of their own."""
+    bin_dir = tmp_path / "cluster-tools"
+    bin_dir.mkdir()
+    for name, text in outputs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\nprintf '%s\\n' {shlex.quote(text)}\n")
+        (bin_dir / name).chmod(0o755)
+    return str(bin_dir)
+
+
+def test_partition_and_account_are_checked_where_slurm_answers(tmp_path, monkeypatch):
+    monkeypatch.setattr(deploy_job, "QUERY_PATH", cluster_tools(tmp_path, sinfo="gpu\ncpu\ngpu",
+                                                                sacctmgr="mlperf|\nother|"))
+    monkeypatch.setenv("USER", "alice")
+    assert "#SBATCH --partition=gpu\n#SBATCH --account=mlperf\n" in render(CASES["slurm-2n.sbatch"])
+    for flag, value, known in (("--partition", "a100", "cpu, gpu"), ("--account", "ml", "mlperf, other")):
+        result = deploy_cli(*replace(CASES["slurm-2n.sbatch"], flag, value),
+                            SUITE_CLUSTER_TOOLS=str(tmp_path / "cluster-tools"), USER="alice")
+        assert_one_line_error(result, f"{flag} {value}: not a {flag[2:]} this cluster knows ({known})")
+
+
+def test_a_read_write_once_results_claim_is_refused_where_kubectl_tells(tmp_path, monkeypatch):
+    tools = cluster_tools(tmp_path, kubectl='["ReadWriteOnce"]')
+    result = deploy_cli(*CASES["mpijob-2n.yaml"], SUITE_CLUSTER_TOOLS=tools)
+    assert_one_line_error(result, "--results pvc:mlperf-results: the claim is ReadWriteOnce",
+                          "the launcher is never created", "ReadWriteMany claim (OCI File Storage)")
+    # One worker attaches a ReadWriteOnce claim alone; a ReadWriteMany claim is fine at any scale.
+    monkeypatch.setattr(deploy_job, "QUERY_PATH", tools)
+    assert render(CASES["mpijob-1n.yaml"])
+    (tmp_path / "rwx").mkdir()
+    rwx = cluster_tools(tmp_path / "rwx", kubectl='["ReadWriteMany"]')
+    ok = deploy_cli(*CASES["mpijob-2n.yaml"], SUITE_CLUSTER_TOOLS=rwx)
+    assert ok.returncode == 0 and "ReadWriteMany" not in ok.stderr, ok.stderr
+    # Where kubectl cannot tell, a note says what the claim must be.
+    unknown = deploy_cli(*CASES["mpijob-2n.yaml"])
+    assert unknown.returncode == 0 and "must be ReadWriteMany (OCI File Storage" in unknown.stderr

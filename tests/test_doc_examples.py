@@ -17,6 +17,12 @@ import pytest
 from conftest import REPO, subprocess_env
 
 DOCS = ("docs/launching.md", "hostfiles/README.md")
+# Pages whose every bash block is marked on the line above it: `<!-- doc-test: run -->` blocks run in
+# page order, as written, in one fresh clone per page (a git checkout, so build.sh can tag); each
+# command must exit 0, or the code a comment right above it states ("exit 3"). `<!-- doc-test: skip:
+# why -->` blocks need what this machine lacks (GPUs, a cluster, Docker). A new page is one line here.
+RUN_DOCS = ("docs/scaling-study.md", "docs/gpu-workflow.md")
+MARKED_BLOCK = re.compile(r"(?:<!-- doc-test: (run|skip: [^>]*?) -->\n)?```bash\n(.*?)```", re.S)
 ENTRY_POINTS = ("suite.cluster.launch", "suite.cluster.sweep")
 LAUNCHERS = ("horovodrun", "mpirun", "srun")
 EXIT = re.compile(r"\bexit (\d+)\b")
@@ -79,6 +85,10 @@ def test_the_docs_and_help_texts_give_dry_run_examples():
 
 @pytest.fixture(scope="module")
 def clean_clone(tmp_path_factory):
+    return make_clone(tmp_path_factory)
+
+
+def make_clone(tmp_path_factory):
     """The tracked files as they are in the working tree, and the .venv link scripts/setup.sh makes."""
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
     root = tmp_path_factory.mktemp("clone")
@@ -166,3 +176,56 @@ def test_the_docs_show_the_listing_the_first_example_prints(clean_clone):
     assert len(shown) >= 3 and len(printed) == int(sample[0].split()[1]) + 1
     for line in shown:
         assert any(out.startswith(line) for out in printed), line
+
+
+def marked_blocks(text):
+    """[(marker, body)] of every bash block: marker "run", "skip: <why>", or None when unmarked."""
+    return [(marker or None, body) for marker, body in MARKED_BLOCK.findall(text)]
+
+
+def block_commands(body):
+    """[(command, expected exit)]: `\\` continuations and open parentheses (bash arrays) joined; the
+    exit code from an "exit N" comment in the lines right above a command, else 0."""
+    found, pending, comments = [], "", []
+    for line in body.replace("\\\n", " ").splitlines():
+        if not pending and line.lstrip().startswith("#"):
+            comments.append(line)
+            continue
+        if not pending and not line.strip():
+            comments = []
+            continue
+        pending = f"{pending}\n{line}" if pending else line
+        if pending.count("(") > pending.count(")"):
+            continue
+        codes = EXIT.findall("\n".join(comments))
+        found.append((pending, int(codes[-1]) if codes else 0))
+        pending, comments = "", []
+    return found
+
+
+@pytest.mark.parametrize("doc", RUN_DOCS)
+def test_every_bash_block_of_the_pages_is_marked(doc):
+    with open(os.path.join(REPO, doc)) as handle:
+        blocks = marked_blocks(handle.read())
+    unmarked = [body[:80] for marker, body in blocks if not marker]
+    assert blocks and not unmarked, unmarked
+    assert any(marker == "run" for marker, _ in blocks)
+
+
+@pytest.mark.parametrize("doc", RUN_DOCS)
+def test_every_runnable_command_of_the_pages_runs_as_written(doc, tmp_path_factory):
+    """The page's run blocks in order, in one bash, in a fresh clone: each command's exit is checked."""
+    root, pythonpath = make_clone(tmp_path_factory)
+    git = ["git", "-C", str(root), "-c", "user.name=doc", "-c", "user.email=doc@example.com"]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clone"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    with open(os.path.join(REPO, doc)) as handle:
+        commands = [command for marker, body in marked_blocks(handle.read()) if marker == "run"
+                    for command in block_commands(body)]
+    exits = root / ".doc-exits"
+    script = "".join(f"{command}\necho $? >> {shlex.quote(str(exits))}\n" for command, _ in commands)
+    result = run_as_written(script, root, pythonpath)
+    said = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    got = [int(code) for code in exits.read_text().split()] if exits.exists() else []
+    assert got == [code for _, code in commands], (list(zip(commands, got)), result.stderr[-3000:])
+    assert not said, said

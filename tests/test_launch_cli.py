@@ -46,7 +46,7 @@ def model_for(np):
     return [*MODEL[:3], f"closed_{np}xA100_gbs3264", *MODEL[4:]]
 
 
-PROFILES = ("generic-infiniband", "local-cpu", "oci-bm-gpu-gm4-8", "tcp-only")
+PROFILES = ("generic-infiniband", "local-cpu", "oci-bm-gpu-gm4-8", "oci-bm-gpu4-8", "tcp-only")
 
 
 def launch(*args, timeout=60):
@@ -259,6 +259,28 @@ def test_every_shipped_profile_loads():
     assert "NCCL_NET" not in profiles.load("tcp-only").env
     assert profiles.load("tcp-only").env["NCCL_IB_DISABLE"] == "1"
     assert not [k for k in profiles.load("local-cpu").env if k.startswith(("NCCL_", "UCX_"))]
+
+
+def test_the_two_a100_profiles_name_their_shapes_and_their_own_nics():
+    """BM.GPU4.8's RDMA NICs are not GM4.8's: each profile says its shape, and neither list is the other's
+    (oracle-quickstart/oci-hpc playbooks/roles/nccl-conf/templates/a100_b4.8 and bm.gpu4.8)."""
+    gm4, gpu4 = profiles.load("oci-bm-gpu-gm4-8"), profiles.load("oci-bm-gpu4-8")
+    assert gm4.shapes == ("BM.GPU.A100-v2.8", "BM.GPU.GM4.8") and gpu4.shapes == ("BM.GPU4.8",)
+    gm4_nics, gpu4_nics = set(profiles.rdma_devices(gm4.env)), set(profiles.rdma_devices(gpu4.env))
+    assert len(gm4_nics) == len(gpu4_nics) == 16
+    assert gm4_nics - gpu4_nics == {"mlx5_4", "mlx5_5"} and gpu4_nics - gm4_nics == {"mlx5_0", "mlx5_13"}
+    # The NIC Oracle gives UCX on each shape is not one NCCL uses there.
+    assert gpu4.env["UCX_NET_DEVICES"] == "mlx5_4:1" and "mlx5_4" not in gpu4_nics
+    assert gm4.env["UCX_NET_DEVICES"] == "mlx5_0:1" and "mlx5_0" not in gm4_nics
+    tcp = profiles.load("tcp-only")
+    assert tcp.shapes == () and profiles.rdma_devices(tcp.env) == ()
+
+
+def test_a_bad_shape_is_refused(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nversion: 1\ndescription: x\ngpus_per_node: 8\nshapes: [\"BM GPU\"]\n")
+    with pytest.raises(profiles.ProfileError, match=r"shapes\[0\] 'BM GPU' is not a shape name"):
+        profiles.load(str(path))
 
 
 def test_shipped_profiles_show_the_suite_default_timeouts_and_pass_them_on():

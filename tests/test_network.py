@@ -67,10 +67,14 @@ def test_ib_disabled_and_plugins():
     assert (silent["network"], silent["rdma"]) == (None, None)
 
 
-def test_nccl_log_goes_to_a_private_file_and_is_read_back(tmp_path):
+def test_nccl_log_goes_to_the_run_directory_and_is_read_back(tmp_path):
+    run_dir = tmp_path / "runs" / "rn50"
     environ = {"NCCL_DEBUG": "WARN"}
-    log = network.NcclLog(environ)
+    log = network.NcclLog(environ, str(run_dir))
     assert environ["NCCL_DEBUG"] == "INFO" and environ["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
+    # NCCL's own per-process file in the run directory, which the network check makes first (NCCL
+    # falls back to stdout when it cannot open the file).
+    assert environ["NCCL_DEBUG_FILE"] == str(run_dir / "nccl.%h.%p.log") and run_dir.is_dir()
     # NCCL expands %h and %p itself; here the test writes the file it would.
     path = environ["NCCL_DEBUG_FILE"].replace("%h", "gpu-1").replace("%p", "4242")
     with open(path, "w") as handle:
@@ -78,10 +82,14 @@ def test_nccl_log_goes_to_a_private_file_and_is_read_back(tmp_path):
     found = log.read("gpu-1", 4242)
     # The file stays: NCCL's warnings of the whole run land in it, and env.json says where.
     assert found["network"] == "IB" and found["log"] == path and os.path.exists(path)
+    # The renderers set the same value: still the suite's file, still INFO for its two subsystems.
+    environ = {"NCCL_DEBUG_FILE": str(run_dir / "nccl.%h.%p.log"), "NCCL_DEBUG": "WARN"}
+    network.NcclLog(environ, str(run_dir))
+    assert environ["NCCL_DEBUG"] == "INFO"
     # A user's own NCCL_DEBUG_FILE is read in place and left alone.
     own = tmp_path / "nccl.%h.%p"
     environ = {"NCCL_DEBUG_FILE": str(own), "NCCL_DEBUG": "INFO"}
-    log = network.NcclLog(environ)
+    log = network.NcclLog(environ, str(run_dir))
     (tmp_path / "nccl.gpu-2.77").write_text(SOCKET_FALLBACK)
     assert environ == {"NCCL_DEBUG_FILE": str(own), "NCCL_DEBUG": "INFO"}
     assert log.read("gpu-2", 77)["network"] == "Socket" and (tmp_path / "nccl.gpu-2.77").exists()

@@ -13,8 +13,17 @@ import shutil
 import subprocess
 
 LOG_NAME = "result_0.txt"
+# NCCL's own log of each process, in the run directory: NCCL expands %h (host) and %p (process id)
+# itself (NCCL's environment variables documentation, NCCL_DEBUG_FILE). The network check before
+# run_start reads it from there, and it outlives the container or pod the rank ran in.
+NCCL_LOG_NAME = "nccl.%h.%p.log"
 # `.<name>.tmp.<pid>`, and `<name>.tmp.<pid>` as earlier versions of write_json named them.
 TEMP_NAME = re.compile(r"^\.?.+\.tmp\.(?P<pid>\d+)$")
+
+
+def nccl_debug_file(run_dir):
+    """NCCL_DEBUG_FILE for a run directory: one file per process, beside the run's MLPerf log."""
+    return os.path.join(run_dir, NCCL_LOG_NAME)
 
 
 def temp_path(path):

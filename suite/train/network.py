@@ -8,8 +8,8 @@ WARN_BELOW of that expectation warns loudly; with --require-rdma a run without R
 import argparse
 import os
 import re
-import tempfile
 
+from suite.common import runfiles
 from suite.common.busbw import WARN_BELOW, expectation, format_size
 
 # The expectations are nccl-tests plateaus, reached from about 1 GiB; on the CPU a smaller message
@@ -74,21 +74,26 @@ def _read_line(line, found):
 
 
 class NcclLog:
-    """Sends this process's NCCL INFO lines (init and network only) to a private file, then reads it.
+    """Sends this process's NCCL INFO lines (init and network only) to its file in the run directory.
 
     Set before NCCL creates its first communicator, which Horovod does at the first GPU collective.
-    The file is local to the process (hosts need not share a file system); env.json keeps the parsed
-    result, the telling lines and the file's path. NCCL's warnings go to that file for the whole run
-    rather than to stderr, so it is kept, not deleted. A user's own NCCL_DEBUG_FILE is left alone
-    and read instead.
+    The file is NCCL's own NCCL_DEBUG_FILE, <run dir>/nccl.%h.%p.log (suite.common.runfiles), on
+    every launch path: the renderers and a raw horovodrun alike, so it outlives the container or pod
+    and a run that fails before run_start still leaves it. On hosts without a shared file system each
+    host keeps its ranks' files in its own copy of the run directory. env.json keeps the parsed result,
+    the telling lines and the file's path. NCCL's warnings go to that file for the whole run rather
+    than to stderr. A user's own NCCL_DEBUG_FILE (any other value) is left alone and read instead.
     """
 
-    def __init__(self, environ):
+    def __init__(self, environ, run_dir):
         self.environ = environ
-        if environ.get("NCCL_DEBUG_FILE"):
+        own = runfiles.nccl_debug_file(run_dir)
+        if environ.get("NCCL_DEBUG_FILE") not in (None, "", own):
             self.pattern = environ["NCCL_DEBUG_FILE"]
             return
-        self.pattern = os.path.join(tempfile.mkdtemp(prefix="suite-nccl-"), "nccl.%h.%p.log")
+        # NCCL writes to stdout instead when it cannot open the file, so its folder must exist here.
+        os.makedirs(run_dir, exist_ok=True)
+        self.pattern = own
         environ["NCCL_DEBUG_FILE"] = self.pattern
         # INFO for the two subsystems that name the transport; WARN and above still land in the file.
         environ["NCCL_DEBUG"] = "INFO"

@@ -88,8 +88,6 @@ def _run(spec, config, preset, run_dir, state, options):
     ranks = dist.allgather_object({"rank": world.rank, "host": world.host, "local_rank": world.local_rank,
                                    "pid": os.getpid()}, "ranks")
     state.watch = _watch_peers(state, world, ranks, options)
-    # Before the first collective on the GPU, which is when NCCL starts and reads its variables.
-    nccl_log = network.NcclLog(os.environ) if world.device != "cpu" and dist.nccl_built() else None
     say = _say if world.is_root else _silent
     if world.cross_size > 1 and options.profile is None:
         _warn(world, "warning: a multi-host run with no cluster profile (--profile or SUITE_PROFILE): NCCL "
@@ -98,6 +96,10 @@ def _run(spec, config, preset, run_dir, state, options):
     state.run_dir = run_dir = dist.broadcast_value(run_dir or rundir.default_run_dir(preset),
                                                    "run_dir")
     log_path = _on_root(world, lambda: rundir.prepare(run_dir), "run_dir_ready")
+    # Before the first collective on the GPU, which is when NCCL starts and reads its variables, and
+    # once the run directory is known: NCCL's log goes there. The object exchanges above (the rank
+    # table, the seed, the run directory) came before it already.
+    nccl_log = network.NcclLog(os.environ, run_dir) if world.device != "cpu" and dist.nccl_built() else None
     # A throughput run is not an MLPerf run: it writes no result log.
     state.log = log = MLPerfLog(log_path, enabled=world.is_root and not options.throughput)
     cache_cleared = _clear_page_cache_on_every_host(world) if config.clear_cache else False

@@ -16,6 +16,8 @@ INTERFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,40}$")
 # path can end up with NCCL's bootstrap on one NIC and MPI on another.
 INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "OMPI_MCA_btl_tcp_if_include",
                        "OMPI_MCA_oob_tcp_if_include")
+# An OCI shape name as the instance metadata gives it (BM.GPU4.8, BM.GPU.A100-v2.8).
+SHAPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,63}$")
 # The variable through which a job's processes learn their profile (horovodrun and the suite's
 # launcher forward the environment to every rank).
 PROFILE_VARIABLE = "SUITE_PROFILE"
@@ -27,6 +29,7 @@ TOP_KEYS = {
     "description": (str, True),
     "gpus_per_node": (int, True),
     "network_interface": (str, False),
+    "shapes": (list, False),
     "env": (dict, False),
     "mpi_args": (list, False),
     "horovod": (dict, False),
@@ -115,6 +118,8 @@ class Profile:
     path: str
     # The nodes' front-end interface: Gloo, MPI's TCP traffic and NCCL's bootstrap sockets use it.
     network_interface: str | None = None
+    # The OCI shapes the profile's values are for (empty: any node); the node check refuses others.
+    shapes: tuple = ()
     # The YAML's env plus the variables that network_interface implies.
     env: dict = field(default_factory=dict)
     mpi_args: tuple = ()
@@ -154,6 +159,7 @@ def _load_file(path, expect_name):
     profile = Profile(
         name=data["name"], version=data["version"], description=data["description"],
         gpus_per_node=data["gpus_per_node"], path=os.path.abspath(path), network_interface=interface,
+        shapes=_shapes(path, data.get("shapes") or []),
         env=_with_timeouts(path, env, timeouts), timeouts=timeouts,
         mpi_args=_mpi_args(path, data.get("mpi_args") or []),
         horovod=_horovod(path, data.get("horovod") or {}),
@@ -261,6 +267,23 @@ def horovod_env(fusion_threshold_mb=None, cycle_time_ms=None, hierarchical_allre
     if timeline:
         env["HOROVOD_TIMELINE"] = os.path.abspath(timeline)
     return env
+
+
+def _shapes(path, shapes):
+    for index, shape in enumerate(shapes):
+        _check_type(path, f"shapes[{index}]", shape, str)
+        if not SHAPE.match(shape):
+            raise ProfileError(f"profile {path}: shapes[{index}] {shape!r} is not a shape name "
+                               f"(as the instance metadata gives it, e.g. BM.GPU4.8)")
+    return tuple(shapes)
+
+
+def rdma_devices(env):
+    """The RDMA devices an exact NCCL_IB_HCA list names (=mlx5_1,mlx5_2:1,...); () for a prefix or none."""
+    hca = env.get("NCCL_IB_HCA", "")
+    if not hca.startswith("=") or PLACEHOLDER in hca:
+        return ()
+    return tuple(name.split(":", 1)[0] for name in hca[1:].split(",") if name)
 
 
 def _mpi_args(path, args):
