@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from suite.cluster import results, scaling
 from suite.cluster.results import LogError
-from suite.cluster.sweep import REQUIRED_RUNS
+from suite.cluster.sweep.planning import REQUIRED_RUNS
 
 MANIFEST = "sweep.json"
 REPORT_FILES = ("report.md", "report.html", "time_to_train.png", "throughput.png", "scaling.png",
