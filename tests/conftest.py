@@ -90,6 +90,18 @@ def small_data(tmp_path_factory):
     return str(out)
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The report of a good sweep (a straggler, step splits), once per test_report_* file: (its sweep
+    folder, report.md). The sweep is tests/test_report.py's, which every report test shares."""
+    from suite.cluster import report
+    from test_report import STRONG_SPLIT, make_sweep
+    folder = make_sweep(str(tmp_path_factory.mktemp("built") / "sweep"), slow_rank=1, split=STRONG_SPLIT)
+    assert report.main([folder]) == 0
+    with open(os.path.join(folder, "report", "report.md")) as handle:
+        return folder, handle.read()
+
+
 # Tiny training settings: 2 steps per epoch at batch 32, one epoch, evaluation at its end.
 TINY = ["--preset", "tiny_cpu", "--set", "image_size=32", "--set", "epochs=1", "--set", "eval_offset=1",
         "--set", "epochs_between_evals=1", "--set", "log_every=1", "--set", "warmup_epochs=0.5"]

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import read_json, run
 from suite.common import busbw as bw
-from suite.train import allreduce as ar
+from suite.train import timed_allreduce
 
 BANNER = "WARNING: ALLREDUCE BANDWIDTH FAR BELOW EXPECTATION"
 SMALL = ["--min-bytes", "4K", "--max-bytes", "4M", "--iters", "5"]
@@ -121,14 +121,14 @@ def test_expected_values_follow_offsets():
 def test_check_tensor_walks_every_slice(monkeypatch):
     """A wrong value in the last of several slices is found (the slices must line up with the pattern)."""
     import tensorflow as tf
-    monkeypatch.setattr(ar, "CHECK_CHUNK", 8)
+    monkeypatch.setattr(timed_allreduce, "CHECK_CHUNK", 8)
     good = bw.expected_values(30, 0, 2, "sum")
-    assert ar.check_tensor(tf.constant(good), 2, "sum", "float32")
+    assert timed_allreduce.check_tensor(tf.constant(good), 2, "sum", "float32")
     bad = good.copy()
     bad[29] = 0.0
-    assert not ar.check_tensor(tf.constant(bad), 2, "sum", "float32")
+    assert not timed_allreduce.check_tensor(tf.constant(bad), 2, "sum", "float32")
     # The buffer every rank sends: rank r holds (r + 1) * pattern.
-    assert ar.make_buffer(tf, 6, 1, "float32").numpy().tolist() == [2, 4, 6, 8, 2, 4]
+    assert timed_allreduce.make_buffer(tf, 6, 1, "float32").numpy().tolist() == [2, 4, 6, 8, 2, 4]
 
 
 def rows_with_busbw(*busbw):

@@ -1,5 +1,6 @@
 """The two worlds stay apart: the login-node side (suite.cluster, suite.common, the models' presets) runs
 without TensorFlow or Horovod, and the old `python -m suite.X` paths users type still work."""
+import ast
 import os
 import pkgutil
 import sys
@@ -63,8 +64,53 @@ def test_the_list_of_login_node_modules_is_complete():
     for module in ("suite.cluster.launch", "suite.cluster.sweep", "suite.cluster.report",
                    "suite.cluster.deploy", "suite.cluster.scaling", "suite.cluster.results",
                    "suite.cluster.hostfile", "suite.common.profiles", "suite.common.busbw",
-                   "suite.common.runfiles", "suite.common.config"):
+                   "suite.common.runfiles", "suite.common.config",
+                   *(f"suite.cluster.sweep.{name}" for name in ("planning", "running", "submission", "cli")),
+                   *(f"suite.cluster.report.{name}" for name in ("results_folder", "figures", "projection",
+                                                                 "published", "formats", "document", "plots",
+                                                                 "cli"))):
         assert module in names
+
+
+def import_graph():
+    """{module: the suite modules it imports}, from the source: imports inside functions count too."""
+    files = {}
+    for folder, _, names in os.walk(os.path.join(REPO, "suite")):
+        for name in names:
+            if name.endswith(".py"):
+                module = os.path.relpath(os.path.join(folder, name), REPO)[:-3].replace(os.sep, ".")
+                files[module.removesuffix(".__init__")] = os.path.join(folder, name)
+    graph = {}
+    for module, path in files.items():
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                # `from package import module` names the module; `from module import name` the module.
+                found.update(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in files
+                             else node.module for alias in node.names)
+        graph[module] = sorted(found & set(files) - {module})
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    graph, done, path = import_graph(), set(), []
+
+    def visit(module):
+        path.append(module)
+        for imported in graph[module]:
+            assert imported not in path, " -> ".join(path[path.index(imported):] + [imported])
+            if imported not in done:
+                visit(imported)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ from conftest import REPO, read_json, read_log, run, subprocess_env
 from jobs import processes_of, started, wait_for
 from test_launch_cli import OCI_ENV, node_hostfile
 from test_sweep_faults import STOP_BOUND_SECONDS, temp_files
-from suite.cluster import guardian, hostfile, sweep
+from suite.cluster import guardian, hostfile
+from suite.cluster.sweep import planning, submission
 from suite.common import profiles
 
 OCI = ["--profile", "oci-bm-gpu-gm4-8", "--network-interface", "eth0"]
@@ -200,10 +201,10 @@ def test_the_shipped_system_info_must_be_filled_in(tmp_path):
     filled = tmp_path / "gm4.yaml"
     with open(shipped) as handle:
         filled.write_text(re.sub(r"REPLACE-ME", "2", handle.read()))
-    args, passthrough, model = sweep.parse([*base, "--system-info", str(filled), *MODEL])
-    plan = sweep.plan_sweep(args, passthrough, model)  # plans, runs nothing
+    args, passthrough, model = planning.parse([*base, "--system-info", str(filled), *MODEL])
+    plan = planning.plan_sweep(args, passthrough, model)  # plans, runs nothing
     assert plan.system_info["accelerator_model_name"] == "NVIDIA A100-SXM4-80GB"
-    desc = sweep.system_description(plan, plan.scales[0], [], {"device": "gpu"})
+    desc = submission.system_description(plan, plan.scales[0], [], {"device": "gpu"})
     assert (desc["accelerators_per_node"], desc["number_of_nodes"], desc["host_processors_per_node"]) == \
         ("8", "2", "2")
 
@@ -228,13 +229,13 @@ def test_hosts_used_fill_slots_in_order():
 def test_system_description_passes_the_checker(tmp_path):
     from mlperf_logging.system_desc_checker import system_desc_checker
     from suite.cluster.results import RunLog
-    args, passthrough, model = sweep.parse(["--out", str(tmp_path / "o"), *LOCAL, *MODEL])
-    plan = sweep.plan_sweep(args, passthrough, model)
+    args, passthrough, model = planning.parse(["--out", str(tmp_path / "o"), *LOCAL, *MODEL])
+    plan = planning.plan_sweep(args, passthrough, model)
     logs = [RunLog("x", "resnet", "open", "aborted", 0, 60000)]
     env = {"versions": {"tensorflow": "2.18.1", "horovod": "0.28.1", "python": "3.11"}, "device": "cpu",
            "git_revision": "abc", "launcher": "mpirun", "controller": "mpi"}
-    desc = sweep.system_description(plan, plan.scales[1], logs, env)
-    assert set(desc) == set(sweep.SYSTEM_FIELDS)
+    desc = submission.system_description(plan, plan.scales[1], logs, env)
+    assert set(desc) == set(planning.SYSTEM_FIELDS)
     assert (desc["system_name"], desc["number_of_nodes"], desc["division"]) == (SYSTEMS[1], "1", "open")
     assert desc["accelerators_per_node"] == "0" and desc["framework"] == "TensorFlow 2.18.1, Horovod 0.28.1"
     assert int(desc["host_processors_per_node"]) >= 1
@@ -637,9 +638,9 @@ def _snapshot(folder):
 
 
 def test_too_few_runs_are_warned_about():
-    assert sweep.too_few_runs("resnet", 5) is None and sweep.too_few_runs("bert", 12) is None
-    assert sweep.too_few_runs("unknown", 1) is None
-    warning = sweep.too_few_runs("resnet", 3)
+    assert planning.too_few_runs("resnet", 5) is None and planning.too_few_runs("bert", 12) is None
+    assert planning.too_few_runs("unknown", 1) is None
+    warning = planning.too_few_runs("resnet", 3)
     assert warning.startswith("warning: 3 run(s) per scale, MLPerf requires 5 for resnet")
     assert "found 3, expected 5" in warning
-    assert "requires 10 for bert" in sweep.too_few_runs("bert", 5)
+    assert "requires 10 for bert" in planning.too_few_runs("bert", 5)

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import REPO, run, subprocess_env
 from jobs import alive, wait_for
-from suite.cluster import guardian, sweep
+from suite.cluster import guardian
+from suite.cluster.sweep import planning, running, submission
 from suite.common import runfiles
 
 # The reliability requirement: a stopped job is gone within 30 s.
@@ -206,7 +207,7 @@ def test_a_resume_stops_the_launch_an_earlier_sweep_left_before_setting_its_dire
     guardian was killed too): stopped first, then the directory set aside and the run redone."""
     plan = planned(tmp_path / "out")
     scale = plan.scales[0]
-    run_dir = sweep.run_dir(plan, scale, 0)
+    run_dir = planning.run_dir(plan, scale, 0)
     os.makedirs(run_dir)
     os.makedirs(plan.results_dir(scale))
     leftover = _sleeper_naming(run_dir)
@@ -222,9 +223,9 @@ def test_a_resume_stops_the_launch_an_earlier_sweep_left_before_setting_its_dire
             handle.write(':::MLLOG {"key": "run_stop", "time_ms": 1}\n')
         runfiles.write_json(os.path.join(run_dir, "summary.json"), {})
 
-    monkeypatch.setattr(sweep, "_launch_run", launch_run)
+    monkeypatch.setattr(running, "_launch_run", launch_run)
     try:
-        sweep._one_run(plan, scale, 0, manifest, said.append, "[1/10]")
+        running._one_run(plan, scale, 0, manifest, said.append, "[1/10]")
     finally:
         leftover.kill()
         leftover.wait()
@@ -299,8 +300,8 @@ def temp_files(folder):
 
 
 def planned(out):
-    args, passthrough, model = sweep.parse(["--out", str(out), *LOCAL])
-    return sweep.plan_sweep(args, passthrough, model)
+    args, passthrough, model = planning.parse(["--out", str(out), *LOCAL])
+    return planning.plan_sweep(args, passthrough, model)
 
 
 def snapshot(folder):
@@ -313,21 +314,21 @@ def test_a_full_disk_leaves_every_earlier_file_as_it_was(full_disk, tmp_path):
     mount, fill = full_disk
     plan = planned(mount / "out")
     manifest = {"plan": plan.plan(), "runs": {}, "allreduce": {}}
-    result = sweep.result_path(plan, plan.scales[0], 1)
+    result = planning.result_path(plan, plan.scales[0], 1)
     os.makedirs(os.path.dirname(result))
-    sweep.save(plan, manifest)
-    sweep._write_system(plan, plan.scales[0])
-    sweep._write_implementation_readme(plan)
+    running.save(plan, manifest)
+    submission.write_system(plan, plan.scales[0])
+    submission.write_implementation_readme(plan)
     log = tmp_path / "result_0.txt"
     log.write_text(":::MLLOG {}\n" * 2000)  # 26 KB, more room than the disk has left
     before = snapshot(mount / "out")
     fill()
-    writes = {mount / "out" / "sweep.json": lambda: sweep.save(plan, manifest),
-              result: lambda: sweep.copy_result(str(log), result),
+    writes = {mount / "out" / "sweep.json": lambda: running.save(plan, manifest),
+              result: lambda: submission.copy_result(str(log), result),
               mount / "out" / plan.submitter / "systems" / f"{plan.scales[0].system}.json":
-                  lambda: sweep._write_system(plan, plan.scales[0]),
+                  lambda: submission.write_system(plan, plan.scales[0]),
               mount / "out" / plan.submitter / "benchmarks" / "resnet" / "implementations" /
-              sweep.IMPLEMENTATION / "README.md": lambda: sweep._write_implementation_readme(plan)}
+              submission.IMPLEMENTATION / "README.md": lambda: submission.write_implementation_readme(plan)}
     for path, write in writes.items():
         with pytest.raises(OSError) as excinfo:
             write()
@@ -341,8 +342,8 @@ def test_a_full_disk_is_one_line_and_a_resume_finds_everything_as_it_was(full_di
     mount, fill = full_disk
     out = mount / "out"
     plan = planned(out)
-    sweep.save(plan, {"plan": plan.plan(), "runs": {}, "allreduce": {}})
-    result_0 = sweep.result_path(plan, plan.scales[0], 0)
+    running.save(plan, {"plan": plan.plan(), "runs": {}, "allreduce": {}})
+    result_0 = planning.result_path(plan, plan.scales[0], 0)
     os.makedirs(os.path.dirname(result_0))
     runfiles.write_text(result_0, ':::MLLOG {"key": "run_stop", "time_ms": 1}\n')
     before = snapshot(out)

@@ -288,9 +288,9 @@ def test_require_rdma_stops_a_run_without_it_before_run_start(cluster, hostfile,
 @pytest.mark.slow
 def test_a_sweep_from_one_host_to_two_and_its_report(cluster, hostfile, profile, small_data, tmp_path):
     """2 processes fill h1, 4 span both hosts: one run each, the allreduce benchmark, then the report."""
-    from suite.cluster import sweep
+    from suite.cluster.sweep import planning
     info = tmp_path / "system.yaml"
-    info.write_text("".join(f"{field}: '2'\n" for field in sweep.HOST_FIELDS))
+    info.write_text("".join(f"{field}: '2'\n" for field in planning.HOST_FIELDS))
     out = tmp_path / "out"
     result = on_h1(cluster, [sys.executable, "-m", "suite.cluster.sweep", "--out", str(out), "--profile",
                              profile, "--hostfile", hostfile, "--scales", "2,4", "--preset", "sweep_cpu",

@@ -65,6 +65,15 @@ def write_text(path, text):
     write_atomic(path, lambda handle: handle.write(text))
 
 
+def read_json(path):
+    """A JSON file's contents, or None when it is missing or not JSON (a record a run never wrote)."""
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
 def copy_atomic(source, target):
     """Copies source to target byte for byte, all at once or not at all."""
     with open(source, "rb") as original:

@@ -11,6 +11,7 @@ import re
 
 from suite.common import runfiles
 from suite.common.busbw import WARN_BELOW, expectation, format_size
+from suite.train.timed_allreduce import measure
 
 # The expectations are nccl-tests plateaus, reached from about 1 GiB; on the CPU a smaller message
 # keeps the probe short (its figure is then compared with nothing but a CPU profile's own numbers).
@@ -111,7 +112,6 @@ class NcclLog:
 
 def probe(hvd, world):
     """One allreduce size, timed as the allreduce benchmark times it: (row, message size)."""
-    from suite.train.allreduce import measure
     nbytes = PROBE_BYTES["gpu" if world.device != "cpu" else "cpu"]
     return measure(hvd, PROBE, world, nbytes)
 

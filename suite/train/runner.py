@@ -1,19 +1,11 @@
 """Entry-point machinery shared by every benchmark: flags → config → Horovod → MLPerf log → loop → summary."""
 import json
-import os
 import sys
 
 import suite
 from suite.common import modelargs, profiles
 from suite.common.config import ConfigError, to_dict
-
-
-def env_rank():
-    """This process's rank from the launcher's variables, for gating messages before Horovod starts."""
-    for key in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if os.environ.get(key, "").isdigit():
-            return int(os.environ[key])
-    return 0
+from suite.train.startup import apply_profile, env_rank
 
 
 def build_parser(spec):
@@ -48,14 +40,6 @@ def main(spec, argv=None):
     return run(spec, config, args.preset, args.run_dir,
                Options(profile=profile, profile_record=record, require_rdma=args.require_rdma,
                        throughput=args.throughput))
-
-
-def apply_profile(name_or_path, environ=os.environ):
-    """(profile, what applying it did), or (None, None); before Horovod, MPI or NCCL read anything."""
-    if not name_or_path:
-        return None, None
-    profile = profiles.load(name_or_path)
-    return profile, profiles.apply(profile, environ)
 
 
 def _fail(rank, err, code):

@@ -1,4 +1,4 @@
-"""`python -m suite.cluster.sweep`: one model over several scales, N runs each, MLPerf submission layout.
+"""A sweep planned from its flags: the scales, every check before the first run, the commands, the dry run.
 
     python -m suite.cluster.sweep --out runs/sweep --profile local-cpu --hostfile hostfiles/localhost \\
         --scales 1,2 \\
@@ -37,31 +37,21 @@ and removes the temporary files of writes that were cut off. Every file is writt
 write that fails (a full disk) is one line naming the file, and leaves the earlier version as it was.
 """
 import argparse
-import contextlib
-import json
 import os
 import shlex
-import shutil
-import signal
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 
-from suite.cluster import guardian, hostfile, launch, preflight, results
-from suite.cluster.hostfile import HostfileError
-from suite.cluster.launch import LaunchError
-from suite.common import modelargs, profiles, runfiles
-from suite.common.config import ConfigError
+from suite.cluster import hostfile, launch
+from suite.common import modelargs, profiles
 from suite.common.profiles import ProfileError
 
-MANIFEST = "sweep.json"
 # Result files per benchmark folder that the MLPerf Training rules (and the package checker) ask for.
 REQUIRED_RUNS = {"resnet": 5, "bert": 10}
 # submission_status in the logs -> the system description's status (the values package checkers accept).
 STATUS = {"onprem": "Available on-premise", "cloud": "Available cloud", "preview": "Preview",
           "research": "Research, Development, or Internal (RDI)"}
-IMPLEMENTATION = "tensorflow-horovod"
 # Model settings the sweep decides itself; a user value would make runs or systems disagree.
 OWNED_SETTINGS = ("seed", "submission_org", "submission_platform", "submission_status")
 OWNED_MODEL_FLAGS = ("--preset", "--run-dir")
@@ -72,18 +62,6 @@ LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
 class SweepError(ValueError):
     """Flags, files or a run that stop the sweep; the message is one line."""
-
-
-class RunFailed(SweepError):
-    """A run or the allreduce benchmark ended badly; the sweep stops (exit 1) and a re-run retries it."""
-
-
-# A launch that ended because the sweep was told to stop: Ctrl-C, SIGTERM or SIGHUP (128 + number).
-INTERRUPTED = (128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP)
-
-
-class Interrupted(Exception):
-    """Ctrl-C during a run: the manifest says so and a re-run resumes."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -395,8 +373,25 @@ def allreduce_command(sweep, scale):
     return ["suite.train.allreduce", "--json", allreduce_json(sweep, scale), *sweep.allreduce_args]
 
 
-# ---- the system description ----
+def with_record(args, directory):
+    # The launcher puts a profile's default timeline next to its record: here, the run directory.
+    return argparse.Namespace(**{**vars(args), "record": directory})
 
+
+def too_few_runs(benchmark, runs):
+    """The warning for a sweep of fewer runs per scale than MLPerf requires, or None."""
+    required = REQUIRED_RUNS.get(benchmark)
+    if not required or runs >= required:
+        return None
+    return (f"warning: {runs} run(s) per scale, MLPerf requires {required} for {benchmark}: the olympic "
+            f"means are not MLPerf scores and the package checker will fail this folder "
+            f"(\"found {runs}, expected {required}\")")
+
+
+# ---- what --system-info may set ----
+
+# The fields of a system description (submission.py writes them all): a --system-info file gives
+# those this machine cannot know.
 SYSTEM_FIELDS = (
     "submitter", "division", "status", "system_name", "number_of_nodes", "host_processors_per_node",
     "host_processor_model_name", "host_processor_core_count", "host_processor_vcpu_count",
@@ -414,7 +409,6 @@ SWEEP_FIELDS = ("submitter", "division", "status", "system_name", "number_of_nod
 HOST_FIELDS = ("host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
                "host_processor_vcpu_count", "host_memory_capacity")
 ACCELERATOR_FIELDS = ("accelerator_model_name", "accelerator_memory_capacity")
-SOFTWARE = ("python", "tf-keras", "numpy", "mpi4py", "mlperf-logging")
 
 
 def read_system_info(path, placeholders=None):
@@ -442,7 +436,7 @@ def read_system_info(path, placeholders=None):
 def _check_describable(sweep):
     """Remote nodes and GPUs need --system-info: a submission must not describe the wrong machine."""
     needed = set()
-    if not all(_is_local(host.name) for scale in sweep.scales for host in scale.hosts):
+    if not all(is_local(host.name) for scale in sweep.scales for host in scale.hosts):
         needed.update(HOST_FIELDS)
     if sweep.profile.gpus_per_node > 0:
         needed.update(ACCELERATOR_FIELDS)
@@ -454,374 +448,8 @@ def _check_describable(sweep):
                          f"(see docs/scaling-study.md)")
 
 
-def _is_local(name):
+def is_local(name):
     return name in LOCAL_NAMES or name.split(".")[0] == socket.gethostname().split(".")[0]
-
-
-def local_host_facts():
-    """This machine's CPUs and memory from /proc, for localhost sweeps."""
-    cpuinfo = _proc_fields("/proc/cpuinfo")
-    meminfo = _proc_fields("/proc/meminfo")
-    sockets = len(set(cpuinfo.get("physical id", []))) or 1
-    vcpus = os.cpu_count() or 1
-    cores = int(cpuinfo["cpu cores"][0]) if cpuinfo.get("cpu cores") else vcpus // sockets
-    memory_kb = int(meminfo["MemTotal"][0].split()[0]) if meminfo.get("MemTotal") else 0
-    return {
-        "host_processors_per_node": sockets,
-        "host_processor_model_name": (cpuinfo.get("model name") or ["unknown"])[0],
-        "host_processor_core_count": cores,
-        "host_processor_vcpu_count": vcpus,
-        "host_processor_frequency": f"{float(cpuinfo['cpu MHz'][0]):.0f} MHz" if "cpu MHz" in cpuinfo else "",
-        "host_processor_caches": (cpuinfo.get("cache size") or [""])[0],
-        "host_memory_capacity": f"{memory_kb / 1024 ** 2:.0f} GB" if memory_kb else "",
-    }
-
-
-def _proc_fields(path):
-    fields = {}
-    try:
-        with open(path) as handle:
-            for line in handle:
-                key, sep, value = line.partition(":")
-                if sep:
-                    fields.setdefault(key.strip(), []).append(value.strip())
-    except OSError:
-        pass
-    return fields
-
-
-def system_description(sweep, scale, logs, env):
-    """One scale's <system>.json: the checker's fields from flags, logs, env.json and --system-info."""
-    versions = env.get("versions", {})
-    cpu = env.get("device") == "cpu" or sweep.profile.gpus_per_node == 0
-    desc = {name: "" for name in SYSTEM_FIELDS}
-    desc.update({
-        "submitter": sweep.submitter,
-        "division": "closed" if logs and all(log.division == "closed" for log in logs) else "open",
-        "status": STATUS[sweep.status],
-        "system_name": scale.system,
-        "number_of_nodes": scale.nodes,
-        "host_networking": sweep.profile.description,
-        # One GPU a rank; the first host gets the most ranks when the processes fill slots in order.
-        "accelerators_per_node": 0 if cpu else min(scale.np, scale.hosts[0].slots),
-        "accelerator_model_name": "N/A" if cpu else "",
-        "hw_notes": f"{scale.np} process(es) on {scale.nodes} host(s) "
-                    f"({', '.join(h.name for h in scale.hosts)}); cluster profile {sweep.profile.name} "
-                    f"v{sweep.profile.version}",
-        "framework": f"TensorFlow {versions.get('tensorflow', '?')}, Horovod {versions.get('horovod', '?')}",
-        "other_software_stack": ", ".join(f"{k} {versions[k]}" for k in SOFTWARE if versions.get(k)),
-        "operating_system": versions.get("platform", ""),
-        "sw_notes": f"mlperf-hvd-suite {env.get('git_revision', 'unknown')}; launched by "
-                    f"{env.get('launcher')} ({env.get('controller')} controller)",
-    })
-    if all(_is_local(host.name) for host in scale.hosts):
-        desc.update(local_host_facts())
-    desc.update(sweep.system_info)
-    # Strings throughout, as in published systems files: the checker joins some fields as text.
-    return {key: str(value) for key, value in desc.items()}
-
-
-# ---- running ----
-
-def load_manifest(sweep):
-    """The manifest of an earlier attempt with the same plan, or a new one; refuses other folders."""
-    path = sweep.path(MANIFEST)
-    if not os.path.exists(path):
-        if os.path.isdir(sweep.out) and os.listdir(sweep.out):
-            raise SweepError(f"--out {sweep.out} is not empty and holds no {MANIFEST}; choose a new folder")
-        return {"tool": "suite.sweep", "created": _now(), "plan": sweep.plan(), "runs": {}, "allreduce": {}}
-    try:
-        with open(path) as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError) as err:
-        raise SweepError(f"{path}: cannot read the manifest ({err})") from None
-    old = manifest.get("plan", {})
-    for key, value in sweep.plan().items():
-        if old.get(key) != value:
-            raise SweepError(f"{path}: this folder holds a sweep with another {key} ({old.get(key)!r}, now "
-                             f"{value!r}); re-run with the same arguments, or choose another --out")
-    return manifest
-
-
-def save(sweep, manifest):
-    os.makedirs(sweep.out, exist_ok=True)
-    manifest["updated"] = _now()
-    runfiles.write_json(sweep.path(MANIFEST), manifest)
-
-
-def execute(sweep, say):
-    """Runs what is not done yet; returns 0, or raises SweepError / Interrupted."""
-    manifest = load_manifest(sweep)
-    _warn_too_few_runs(sweep)
-    _remove_stale_temp_files(sweep, say)
-    save(sweep, manifest)
-    for scale in sweep.scales:
-        _check_hosts(sweep, scale)
-    total, done = len(sweep.scales) * sweep.runs, 0
-    for scale in sweep.scales:
-        os.makedirs(sweep.results_dir(scale), exist_ok=True)
-        if sweep.allreduce_args is not None:
-            _allreduce(sweep, scale, manifest, say)
-        for index in range(sweep.runs):
-            done += 1
-            _one_run(sweep, scale, index, manifest, say, f"[{done}/{total}]")
-        _write_system(sweep, scale)
-    _write_implementation_readme(sweep)
-    say(f"done: {total} runs in {sweep.path(sweep.submitter)}; "
-        f"report: python -m suite.cluster.report {sweep.out}")
-    _warn_too_few_runs(sweep)
-    return 0
-
-
-def too_few_runs(benchmark, runs):
-    """The warning for a sweep of fewer runs per scale than MLPerf requires, or None."""
-    required = REQUIRED_RUNS.get(benchmark)
-    if not required or runs >= required:
-        return None
-    return (f"warning: {runs} run(s) per scale, MLPerf requires {required} for {benchmark}: the olympic "
-            f"means are not MLPerf scores and the package checker will fail this folder "
-            f"(\"found {runs}, expected {required}\")")
-
-
-def _warn_too_few_runs(sweep):
-    warning = too_few_runs(sweep.benchmark, sweep.runs)
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
-
-
-def _remove_stale_temp_files(sweep, say):
-    """The temporary files of writes cut off by a kill: the package checker would trip on them."""
-    if os.path.isdir(sweep.out):
-        for path in runfiles.remove_stale_temp_files(sweep.out):
-            say(f"removed {os.path.relpath(path, sweep.out)}, left by a write that was cut off")
-
-
-def _check_hosts(sweep, scale):
-    """The launcher's pre-flight of every host of a multi-host scale, before any run of the sweep starts."""
-    args = scale.launch_args
-    plan = launch.plan_launch(args, model_command(sweep, scale, 0))
-    if not launch.needs_host_check(args, plan):
-        return
-    _, problems = preflight.check_hosts(plan.hosts, python=args.python, profile=plan.profile)
-    if problems:
-        more = f" (and {len(problems) - 1} more: python -m suite.cluster.launch --check-hosts lists them)" \
-            if len(problems) > 1 else ""
-        raise SweepError(f"scale {scale.system}: {problems[0]}{more}")
-
-
-def _one_run(sweep, scale, index, manifest, say, counter):
-    key = f"{scale.system}/{index}"
-    result, directory = result_path(sweep, scale, index), run_dir(sweep, scale, index)
-    record = manifest["runs"].setdefault(key, {"system": scale.system, "index": index, "attempts": 0})
-    record.update(result=os.path.relpath(result, sweep.out), run_dir=os.path.relpath(directory, sweep.out))
-    if record.get("status") == "running":
-        _stop_leftover(record, directory, _rank_pids(directory), say, f"{counter} {scale.system} run {index}")
-    if results.has_run_stop(result):
-        record["status"] = "done"
-        save(sweep, manifest)
-        say(f"{counter} {scale.system} run {index}: done earlier, skipped")
-        return
-    if os.path.exists(result):
-        # A result without run_stop is no result; keep it beside the runs, out of the results folder.
-        _set_aside(result, os.path.join(sweep.runs_dir(scale), f"result_{index}.incomplete.txt"))
-    if _finished(directory):
-        say(f"{counter} {scale.system} run {index}: finished earlier, result copied now")
-    else:
-        if os.path.exists(directory):
-            _set_aside(directory, directory + ".attempt")
-        _launch_run(sweep, scale, index, record, manifest, say, counter)
-    copy_result(os.path.join(directory, runfiles.LOG_NAME), result)
-    record["status"] = "done"
-    save(sweep, manifest)
-
-
-def _stop_leftover(record, marker, ranks, say, what):
-    """A launch that an earlier sweep recorded as running may still be running (that sweep was killed
-    too hard for its guardian to act, or its guardian is still stopping it): it is stopped before its
-    directory is set aside, so that no two jobs write there or share the CPUs."""
-    found = guardian.stop_leftover(record.get("job") or {}, marker, ranks)
-    if found:
-        say(f"{what}: stopped {found} process(es) an earlier sweep left running")
-    record.pop("job", None)
-
-
-def _rank_pids(directory):
-    env = _read_json(os.path.join(directory, "env.json")) or {}
-    return [rank["pid"] for rank in env.get("ranks", []) if isinstance(rank, dict) and rank.get("pid")]
-
-
-def _finished(directory):
-    """A run that ended normally: its log has run_stop and rank 0 wrote summary.json after it."""
-    return (results.has_run_stop(os.path.join(directory, runfiles.LOG_NAME))
-            and os.path.exists(os.path.join(directory, "summary.json")))
-
-
-def _launch_run(sweep, scale, index, record, manifest, say, counter):
-    directory = run_dir(sweep, scale, index)
-    os.makedirs(directory)
-    plan = launch.plan_launch(_with_record(scale.launch_args, directory), model_command(sweep, scale, index))
-    record.update(status="running", attempts=record["attempts"] + 1, started=_now(), exit_code=None)
-    save(sweep, manifest)
-    launch.record(plan, directory, dry_run=False)
-    started = time.time()
-    code = run_logged(plan, os.path.join(directory, "output.txt"), sweep.verbose,
-                      on_job=lambda job: _save_job(sweep, manifest, record, job))
-    seconds = round(time.time() - started, 1)
-    launch.record(plan, directory, False, code, seconds)
-    record.pop("job", None)
-    record.update(exit_code=code, seconds=seconds, finished=_now())
-    if code in INTERRUPTED:
-        record["status"] = "interrupted"
-        save(sweep, manifest)
-        raise Interrupted()
-    if code != 0 or not _finished(directory):
-        record["status"] = "failed"
-        save(sweep, manifest)
-        raise RunFailed(f"{scale.system} run {index} failed (exit {code}); its output: "
-                        f"{os.path.join(directory, 'output.txt')}; re-run the same command to retry")
-    log = results.read_run(os.path.join(directory, runfiles.LOG_NAME), sweep.benchmark)
-    record.update(run_stop_status=log.status, time_to_train_minutes=log.minutes)
-    say(f"{counter} {scale.system} run {index}: {log.status}, {log.minutes:.3f} min from run_start to "
-        f"run_stop ({seconds:.0f} s with start-up)")
-
-
-def _save_job(sweep, manifest, record, job):
-    # The pids a resume needs to stop this launch, should the sweep die without its guardian.
-    record["job"] = job
-    save(sweep, manifest)
-
-
-def _with_record(args, directory):
-    # The launcher puts a profile's default timeline next to its record: here, the run directory.
-    return argparse.Namespace(**{**vars(args), "record": directory})
-
-
-def _allreduce(sweep, scale, manifest, say):
-    path = allreduce_json(sweep, scale)
-    entry = manifest["allreduce"].setdefault(scale.system, {"json": os.path.relpath(path, sweep.out)})
-    if entry.get("status") == "running":
-        _stop_leftover(entry, path, (), say, f"{scale.system} allreduce")
-    if os.path.exists(path):
-        entry["status"] = "done"
-        say(f"{scale.system} allreduce: done earlier, skipped")
-        return
-    os.makedirs(sweep.runs_dir(scale), exist_ok=True)
-    plan = launch.plan_launch(scale.launch_args, allreduce_command(sweep, scale))
-    entry.update(status="running", exit_code=None)
-    save(sweep, manifest)
-    code = run_logged(plan, os.path.join(sweep.runs_dir(scale), "allreduce-output.txt"), sweep.verbose,
-                      on_job=lambda job: _save_job(sweep, manifest, entry, job))
-    entry.pop("job", None)
-    entry.update(exit_code=code, finished=_now(), status=_status(code, os.path.exists(path)))
-    save(sweep, manifest)
-    if code in INTERRUPTED:
-        raise Interrupted()
-    if code != 0 or not os.path.exists(path):
-        raise RunFailed(f"{scale.system}: the allreduce benchmark failed (exit {code}); its output: "
-                        f"{os.path.join(sweep.runs_dir(scale), 'allreduce-output.txt')}")
-    _allreduce_verdict(path, scale, say)
-
-
-def _status(code, finished):
-    if code in INTERRUPTED:
-        return "interrupted"
-    return "done" if code == 0 and finished else "failed"
-
-
-def _allreduce_verdict(path, scale, say):
-    from suite.common.busbw import banner
-    data = _read_json(path) or {}
-    if data.get("warning"):
-        # The run's own banner went to its output file; this one reaches the person at the terminal.
-        print(banner(f"{scale.system}:\n{data['warning']}"), file=sys.stderr, flush=True)
-    status = (data.get("expectation") or {}).get("status") or data.get("expected_busbw_source") \
-        or "no expected bandwidth"
-    say(f"{scale.system} allreduce: peak busbw {data.get('peak_busbw_gbps', 0):.3g} GB/s ({status})")
-
-
-def run_logged(plan, output, verbose, on_job=None):
-    """Runs the launch plan under a guardian, its output in a file (and on stdout when verbose); returns
-    the exit code.
-
-    The guardian stops the launch should this process die, even of SIGKILL. Ctrl-C, SIGTERM or SIGHUP
-    to the sweep is passed on (as SIGTERM) to the guardian, which passes it on to the launcher's process
-    group, whose ranks close their logs; it gives 128 + the signal's number: the run is then redone on resume.
-    on_job(job) gets the pids to record: {"guardian": pid}, then with "launcher_group" too.
-    """
-    if shutil.which(plan.command[0]) is None:
-        raise SweepError(f"{plan.command[0]} not found on PATH")
-    process = guardian.start(plan.command, {**os.environ, **plan.env}, output, tee=verbose)
-    group = None
-    with launch.forwarding_signals(process) as received:
-        try:
-            job = {"guardian": process.pid}
-            if on_job:
-                on_job(job)
-            group = guardian.launcher_group(process)
-            if on_job and group:
-                on_job({**job, "launcher_group": group})
-            for line in process.stdout:
-                sys.stdout.write(line)  # only with --tee, i.e. verbose
-            process.wait()
-        except BaseException:
-            # Whatever stops this side (a full disk while saving the manifest) stops the launch too.
-            guardian.stop(process, group)
-            raise
-    if received:
-        return 128 + received[0]
-    code = process.returncode
-    return 128 - code if code < 0 else code
-
-
-def copy_result(source, target):
-    """Copies a finished log into the results folder atomically; never replaces a finished result."""
-    if results.has_run_stop(target):
-        raise SweepError(f"{target} already holds a finished run; it is never overwritten")
-    runfiles.copy_atomic(source, target)
-
-
-def _set_aside(path, base):
-    """Renames an unfinished attempt out of the way, keeping earlier ones: base, base.2, base.3, ..."""
-    target, n = base, 1
-    while os.path.exists(target):
-        n += 1
-        target = f"{base}.{n}"
-    os.rename(path, target)
-
-
-def _write_system(sweep, scale):
-    files = results.result_files(sweep.results_dir(scale))
-    logs = [results.read_run(path, sweep.benchmark) for path in files]
-    envs = (_read_json(os.path.join(run_dir(sweep, scale, i), "env.json")) for i in range(sweep.runs))
-    env = next((e for e in envs if e), {})
-    path = sweep.path(sweep.submitter, "systems", f"{scale.system}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    runfiles.write_json(path, system_description(sweep, scale, logs, env))
-
-
-def _write_implementation_readme(sweep):
-    folder = sweep.path(sweep.submitter, "benchmarks", sweep.benchmark, "implementations", IMPLEMENTATION)
-    os.makedirs(folder, exist_ok=True)
-    text = (f"# {sweep.benchmark}: TensorFlow + Horovod (mlperf-hvd-suite)\n\n"
-            f"The code is the suite at git revision {runfiles.git_revision()}; the entry point is "
-            f"`python -m {sweep.model[0]}`.\n\nEach run was started as\n\n"
-            f"    python -m suite.cluster.launch ... -- {shlex.join(sweep.model)} --preset PRESET "
-            f"--run-dir DIR\n\n"
-            f"with the preset and launcher command of each scale recorded in `sweep.json` and in each run "
-            f"directory's `launch.json` (under `runs/` of the sweep folder).\n")
-    runfiles.write_text(os.path.join(folder, "README.md"), text)
-
-
-def _read_json(path):
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
-def _now():
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 # ---- dry run ----
@@ -837,7 +465,7 @@ def print_dry_run(sweep, out=sys.stdout):
             out.write(shlex.join(plan.command) + "\n")
         for index in range(sweep.runs):
             directory = run_dir(sweep, scale, index)
-            plan = launch.plan_launch(_with_record(scale.launch_args, directory),
+            plan = launch.plan_launch(with_record(scale.launch_args, directory),
                                       model_command(sweep, scale, index), sweep.placeholders)
             out.write(shlex.join(plan.command) + "\n")
         for key in sorted(plan.env):
@@ -845,50 +473,3 @@ def print_dry_run(sweep, out=sys.stdout):
     for line in sweep.placeholders.listing():
         out.write(line + "\n")
     return launch.PLACEHOLDERS_LEFT if sweep.placeholders else 0
-
-
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        args, passthrough, model = parse(argv)
-        sweep = plan_sweep(args, passthrough, model)
-        if args.dry_run:
-            return print_dry_run(sweep)
-        with _interruptible():
-            return execute(sweep, _say)
-    except RunFailed as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 1
-    except (SweepError, HostfileError, ProfileError, LaunchError, ConfigError, results.LogError) as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 2
-    except OSError as err:
-        print(f"error: {err.filename or ''}: {err.strerror}".replace("error: : ", "error: "), file=sys.stderr)
-        return 2
-    except (Interrupted, KeyboardInterrupt):
-        print("interrupted: re-run the same command to resume the sweep", file=sys.stderr, flush=True)
-        return 130
-
-
-@contextlib.contextmanager
-def _interruptible():
-    """SIGTERM and SIGHUP between launches end the sweep as Ctrl-C does (exit 130, temporary file
-    removed); during a launch they are passed on to it instead (run_logged)."""
-    def interrupt(signum, frame):
-        raise Interrupted()
-
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _say(message):
-    print(f"sweep: {message}", flush=True)
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--dry-run | head` ends quietly
-    sys.exit(main())

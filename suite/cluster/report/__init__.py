@@ -1,0 +1,19 @@
+"""`python -m suite.cluster.report SWEEP`: time to train, throughput, scaling, stragglers, allreduce.
+
+results_folder.py  reads the folder: each system's MLPerf logs and its runs' records
+figures.py         the measured figures: time to train, throughput, scaling, stragglers, step splits
+projection.py      the projection beside them, and the banners on what the figures are unfit for
+published.py       published times to train, shown for reference
+formats.py         how numbers are written
+document.py        the document's blocks, rendered as Markdown and as HTML
+plots.py           the PNG plots
+cli.py             the command line; the report folder written all or nothing
+"""
+
+
+def main(argv=None):
+    """The command line (the console script mlperf-report names this function)."""
+    # Imported here, not at the top: the package itself imports none of its modules, so they import
+    # each other in one direction only.
+    from suite.cluster.report.cli import main as run
+    return run(argv)

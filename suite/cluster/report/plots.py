@@ -1,0 +1,186 @@
+"""The report's PNG plots, each drawn from the same figures as its tables."""
+import os
+
+from suite.cluster.report.figures import (AGGREGATE, STEP_PARTS, allreduce_curves, efficiency_loss,
+                                          scaling_rows, step_splits, stragglers, time_to_train)
+from suite.cluster.report.projection import projection_rows
+
+
+def make_plots(data, folder, threshold_pct, scaling_mode="auto"):
+    """Writes the PNGs into folder; returns the names written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    for name, draw in (("time_to_train.png", _plot_ttt), ("throughput.png", _plot_throughput),
+                       ("scaling.png", _plot_scaling), ("stragglers.png", _plot_stragglers),
+                       ("allreduce.png", _plot_allreduce), ("attribution.png", _plot_attribution)):
+        figure = draw(plt, data, threshold_pct, scaling_mode)
+        if figure is not None:
+            figure.savefig(os.path.join(folder, name), dpi=100)
+            plt.close(figure)
+            written.append(name)
+    return written
+
+
+def _plot_ttt(plt, data, threshold_pct, scaling_mode):
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    top = max((run.log.minutes for scale in data.scales for run in scale.runs), default=1.0)
+    labelled = set()
+
+    def label(text):
+        """The legend text the first time a kind of mark is drawn; matplotlib leaves "_..." out."""
+        first = text not in labelled
+        labelled.add(text)
+        return text if first else "_" + text
+
+    for scale in data.scales:
+        t = time_to_train(scale)
+        for run in scale.runs:
+            kind = "run (converged)" if run.log.converged else "run (not converged)"
+            axes.plot(scale.np, run.log.minutes, "o" if run.log.converged else "x", color="C0",
+                      label=label(kind))
+        if t["olympic"] is not None:
+            axes.plot(scale.np, t["olympic"], "_", color="C3", markersize=30, mew=2,
+                      label=label("olympic mean (MLPerf)"))
+        elif scale.runs:
+            axes.annotate("unscored", (scale.np, 1.08 * top), ha="center", color="C3", fontsize=9)
+            axes.plot(scale.np, 1.04 * top, "v", color="C3",
+                      label=label("unscored (MLPerf: too few runs, or 2+ not converged)"))
+        if t["olympic_all"] is not None:
+            axes.plot(scale.np, t["olympic_all"], "_", color="C2", markersize=22, mew=2,
+                      label=label("olympic mean of run times (status ignored)"))
+    _axes(axes, "processes", "minutes, run_start to run_stop", "Time to train (measured)", data)
+    axes.set_ylim(0, 1.15 * top)
+    axes.legend(fontsize=8)
+    return figure
+
+
+def _plot_throughput(plt, data, threshold_pct, scaling_mode):
+    rows = [r for r in scaling_rows(data.scales) if r["rate"]]
+    if not rows:
+        return None
+    figure, (total, per_rank) = plt.subplots(1, 2, figsize=(10, 4))
+    total.errorbar([r["np"] for r in rows], [r["rate"] for r in rows],
+                   yerr=[[r["rate"] - r["min"] for r in rows], [r["max"] - r["rate"] for r in rows]],
+                   fmt="o-", capsize=4, label=f"measured ({AGGREGATE}; bars: min–max)")
+    base = rows[0]
+    total.plot([r["np"] for r in rows], [base["rate"] * r["np"] / base["np"] for r in rows], "k--", lw=1,
+               label="ideal (linear from the smallest scale)")
+    per_rank.plot([r["np"] for r in rows], [r["per_rank"] for r in rows], "o-", color="C1",
+                  label=f"measured ({AGGREGATE})")
+    _axes(total, "processes", "samples/s", "Throughput, total (measured)", data)
+    _axes(per_rank, "processes", "samples/s per rank", "Throughput per rank (measured)", data)
+    total.legend(fontsize=8)
+    per_rank.set_ylim(bottom=0)
+    figure.tight_layout()
+    return figure
+
+
+def _plot_scaling(plt, data, threshold_pct, scaling_mode):
+    """Measured throughput scaling beside the ideal and the projection of the same experiment only."""
+    rows = [r for r in scaling_rows(data.scales) if r["speedup"]]
+    if not rows:
+        return None
+    base = rows[0]["np"]
+    figure, (speed, eff) = plt.subplots(1, 2, figsize=(10, 4))
+    factors = [r["np"] / base for r in rows]
+    speed.plot(factors, [r["speedup"] for r in rows], "o-", label=f"measured (throughput, {AGGREGATE})")
+    speed.plot([1, max(factors)], [1, max(factors)], "k--", lw=1, label="ideal")
+    eff.plot(factors, [100 * r["efficiency"] for r in rows], "o-",
+             label=f"measured (throughput, {AGGREGATE})")
+    found, _ = projection_rows(data, scaling_mode)
+    if found:
+        projected = [(p.gpus / base, p.samples_per_second) for p in found[1].points if p.gpus >= base]
+        rate0 = projected[0][1]
+        label = f"PROJECTED (ring model, {'strong' if found[0].scenario.strong else 'weak'} scaling)"
+        speed.plot([p[0] for p in projected], [p[1] / rate0 for p in projected], "^--", color="C1",
+                   label=label)
+        eff.plot([p[0] for p in projected], [100 * p[1] / rate0 / p[0] for p in projected], "^--", color="C1",
+                 label=label)
+    speed.set(xlabel="scale factor (processes / smallest)", ylabel="speed-up", title="Speed-up")
+    eff.set(xlabel="scale factor (processes / smallest)", ylabel="efficiency (%)", title="Scaling efficiency")
+    eff.set_ylim(0, 110)
+    for axes in (speed, eff):
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def _plot_stragglers(plt, data, threshold_pct, scaling_mode):
+    scales = [(s, stragglers(s, threshold_pct)) for s in data.scales]
+    scales = [(s, rows) for s, rows in scales if rows]
+    if not scales:
+        return None
+    figure, axes = plt.subplots(1, len(scales), figsize=(4 * len(scales) + 1, 4), squeeze=False)
+    for ax, (scale, rows) in zip(axes[0], scales):
+        ranks = [r["rank"] for r in rows]
+        colors = ["C3" if r["straggler"] else "C0" for r in rows]
+        ax.bar(ranks, [r["p50"] for r in rows], color=colors, label="p50")
+        spread = [[0] * len(rows), [r["p90"] - r["p50"] for r in rows]]
+        ax.errorbar(ranks, [r["p50"] for r in rows], yerr=spread, fmt="none", ecolor="k", capsize=4,
+                    label="to p90")
+        ax.plot(ranks, [r["max"] for r in rows], "v", color="k", label="max")
+        ax.set(xlabel="rank", ylabel="step time (ms)", title=f"{scale.system}", xticks=ranks)
+        ax.legend(fontsize=7)
+    figure.suptitle(f"Per-rank step time (measured); red: > {threshold_pct:g}% above the median rank")
+    figure.tight_layout()
+    return figure
+
+
+def _plot_attribution(plt, data, threshold_pct, scaling_mode):
+    """Left: each scale's step split into its parts (ms). Right: each part's share of the lost points."""
+    splits = [split for split, _ in map(step_splits, sorted(data.scales, key=lambda s: s.np)) if split]
+    if not splits:
+        return None
+    figure, (step, lost) = plt.subplots(1, 2, figsize=(10, 4))
+    labels = [f"{split.np}" for split in splits]
+    below = [0.0] * len(splits)
+    for color, (key, label) in enumerate(STEP_PARTS):
+        heights = [split.parts[key] for split in splits]
+        step.bar(labels, heights, bottom=below, color=f"C{color}", label=label)
+        below = [b + h for b, h in zip(below, heights)]
+    losses = [efficiency_loss(splits[0], split) for split in splits]
+    up, down = [0.0] * len(splits), [0.0] * len(splits)
+    for color, (key, label) in enumerate(STEP_PARTS):
+        points = [loss["points"][key] if loss else 0.0 for loss in losses]
+        bottoms = [u if p >= 0 else d for p, u, d in zip(points, up, down)]
+        lost.bar(labels, points, bottom=bottoms, color=f"C{color}", label=label)
+        up = [u + max(p, 0.0) for p, u in zip(points, up)]
+        down = [d + min(p, 0.0) for p, d in zip(points, down)]
+    total = [100 * (1 - loss["efficiency"]) if loss else 0.0 for loss in losses]
+    lost.plot(labels, total, "k_", markersize=30, mew=2, label="lost points (sum)")
+    lost.axhline(0, color="k", lw=0.8)
+    step.set(xlabel="processes", ylabel="ms per step", title="Step time split (measured, median run)")
+    lost.set(xlabel="processes", ylabel="points of efficiency lost",
+             title=f"Lost efficiency vs {splits[0].np} process{'es' if splits[0].np > 1 else ''}")
+    for axes in (step, lost):
+        axes.grid(alpha=0.3, axis="y")
+        axes.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def _plot_allreduce(plt, data, threshold_pct, scaling_mode):
+    measured = allreduce_curves(data)
+    if not measured:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for scale in measured:
+        rows = scale.allreduce["rows"]
+        axes.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], "o-", label=scale.system)
+        expected = scale.allreduce.get("expected_busbw_gbps")
+        if expected:
+            axes.axhline(expected, ls="--", color="C3", label=f"expected ({scale.system})")
+    axes.set_xscale("log", base=2)
+    _axes(axes, "message size per rank (bytes)", "busbw (GB/s)", "Allreduce bus bandwidth (measured)", None)
+    axes.legend(fontsize=8)
+    return figure
+
+
+def _axes(axes, xlabel, ylabel, title, data):
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if data is not None:
+        axes.set_xticks(sorted({s.np for s in data.scales}))
+    axes.grid(alpha=0.3)
