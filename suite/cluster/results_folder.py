@@ -79,6 +79,9 @@ def read_folder(folder, ruleset=DEFAULT_RULESET, gpus=None, compliance=False):
     gpus: the GPU count when the folder has no system description (it wins over one).
     compliance: run the installed compliance checker on every log, as result_summarizer does.
     """
+    if ruleset not in mlp_compliance.rule_choices():
+        raise ValueError(f"unknown ruleset {ruleset!r}: the installed mlperf-logging has "
+                         f"{', '.join(sorted(mlp_compliance.rule_choices()))}")
     folder = os.path.normpath(folder)
     if not os.path.isdir(folder):
         raise FolderError(f"{folder}: not an MLPerf results folder (no such directory)")

@@ -33,6 +33,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
+from suite.cluster import results_folder
 from suite.cluster.results import LogError
 
 # Benchmarks whose convergence is counted in samples (train_samples); the others count epochs.
@@ -133,12 +134,10 @@ class ScaleSummary:
 
 
 def summarize(folder):
-    """The ScaleSummary of a results_folder.ResultsFolder; LogError when no run converged."""
+    """The ScaleSummary of a results_folder.ResultsFolder; FolderError when no run converged."""
+    results_folder.converged_runs(folder)  # FolderError when there is none
     splits = tuple(split_run(run) for run in folder.runs)
     converged = [s for s in splits if s.converged]
-    if not converged:
-        raise LogError(f"{folder.path}: no converged run (no run_stop with status success in its "
-                       f"{len(splits)} logs)")
     ranked = sorted(splits, key=lambda s: s.minutes if s.converged else math.inf)
     kept, aggregate = ranked[1:-1], "olympic"
     if not kept or not all(s.converged for s in kept):
