@@ -149,3 +149,15 @@ def test_cli_needs_the_gpu_count_of_a_folder_without_a_system_description(tmp_pa
     result = cli("--from-results", folder, "--gpus", "16", "--source-gpus", "8")
     assert result.returncode == 0, result.stderr
     assert math.isfinite(float(result.stdout.splitlines()[-1].strip("|").split("|")[-1].replace(",", "")))
+
+
+def test_cli_per_gpu_rates_feed_the_table(tmp_path):
+    # Strong scaling of Dell's 8-GPU point to 32 GPUs at 3264: 102 per GPU, computing at the given 2,500/s.
+    out = tmp_path / "projection.json"
+    result = cli("--from-results", DELL_8[0], "--ruleset", "1.1.0", "--gpus", "32", "--global-batch", "3264",
+                 "--per-gpu-rate", "102=2500", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    step = 102 / 2500 + 2 * 31 / 32 * RESNET_FP32 / 185e9  # 8 nodes of 4 GPUs: across the network
+    [record] = json.loads(out.read_text())
+    assert record["projected_samples_per_second"] == pytest.approx(32 * 102 / step, rel=1e-12)
+    assert "102: 2,500.0" in result.stdout

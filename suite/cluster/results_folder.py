@@ -13,8 +13,11 @@ slowest, so with one dropped only the fastest other run goes, with more than one
 for unet3d) the folder is not scored; the mean is then multiplied by the factor of the folder's
 scaling.json, if the review committee gave it one. result_summarizer drops a run whose log fails
 the compliance checker; this reader, by default, drops a run whose run_stop status is not
-success, which is the same for reviewed submissions and needs no checker. `compliance=True`
-runs the installed checker the way result_summarizer does and drops exactly what it drops.
+success, which needs no checker and drops the same runs wherever the installed checker accepts
+the converged logs (a closed-division log that did not converge fails it). `compliance=True` runs
+the installed checker the way result_summarizer does and drops exactly what it drops; its rules
+can be newer than a published log (the installed 2.1.0 BERT rules reject NVIDIA's v2.1 logs, whose
+LAMB epsilon key has the name of their round's rules).
 
 The GPU count is number_of_nodes x accelerators_per_node from systems/<system>.json, beside
 the results/ folder (two levels above the benchmark folder's parent), or given by the caller.

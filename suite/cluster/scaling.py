@@ -429,7 +429,8 @@ def format_beside_markdown(rows):
 #   dataset's samples) or samples; throughput(N, G): the ring model above at per-GPU batch G / N,
 #   its X the rate table built from a measured scale (compute_rate inverts that scale's own
 #   modelled allreduce out of its measured rate); evaluations: on the measured scale's grid of
-#   evaluation points, up to the first at or past the target; minutes per evaluation: the
+#   evaluation points, up to the first at or past the target (BERT's rules space evaluations
+#   wider at a larger batch, so there the count is an upper bound); minutes per evaluation: the
 #   measured scale's, split over N GPUs instead of its own (the evaluation set is fixed); other
 #   minutes (start-up and gaps inside run_start..run_stop): the measured scale's, unchanged.
 
@@ -504,7 +505,8 @@ class TimeToTrain:
 
 
 def scenario_for(measured, template, extra_rates=()):
-    """template (a Scenario) with the measured scale's per-GPU batch and compute rate as its table."""
+    """template (a Scenario) with the measured scale's per-GPU batch and compute rate as its table;
+    extra_rates ((per-GPU batch, samples/s of compute alone), ...) add points, and win at the same batch."""
     batch = measured.global_batch_size / measured.gpus
     if batch != int(batch):
         raise ValueError(f"{measured.folder}: global batch {measured.global_batch_size} does not split over "
@@ -527,7 +529,7 @@ def project_time_to_train(measured, scenario, gpus, global_batch, ruleset):
                   rcp_source=found.source, rcp_note=found.note, rcp_unit=found.unit)
     if found.mean is None:
         return TimeToTrain(**common, **empty)
-    samples = found.mean * (measured.samples_per_epoch or 1.0)
+    samples = found.mean * (measured.samples_per_epoch or 1.0)  # a samples benchmark's mean is samples
     rate = project(replace(scenario, global_batch=global_batch), [gpus]).point(gpus).samples_per_second
     training = samples / rate / 60.0
     count = evaluations_to(found.mean, measured)
@@ -633,8 +635,9 @@ def build_parser():
                           help="MLPerf Training ruleset whose RCP tables give the epochs or samples to "
                                "target (default 2.1.0)")
     measured.add_argument("--per-gpu-rate", metavar="BATCH=SAMPLES_PER_SECOND", nargs="+", default=[],
-                          help="more measured points of one GPU's compute rate by per-GPU batch, "
-                               "interpolated between (strong scaling shrinks the per-GPU batch)")
+                          help="more measured points of one GPU's samples/s without communication, by "
+                               "per-GPU batch, interpolated between (strong scaling shrinks the per-GPU "
+                               "batch)")
     return parser
 
 
