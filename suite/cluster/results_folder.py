@@ -17,7 +17,8 @@ success, which needs no checker and drops the same runs wherever the installed c
 the converged logs (a closed-division log that did not converge fails it). `compliance=True` runs
 the installed checker the way result_summarizer does and drops exactly what it drops; its rules
 can be newer than a published log (the installed 2.1.0 BERT rules reject NVIDIA's v2.1 logs, whose
-LAMB epsilon key has the name of their round's rules).
+LAMB epsilon key has the name of their round's rules). A log the parser cannot read is an error
+here (LogError naming it), where result_summarizer would print it and drop the run.
 
 The GPU count is number_of_nodes x accelerators_per_node from systems/<system>.json, beside
 the results/ folder (two levels above the benchmark folder's parent), or given by the caller.
