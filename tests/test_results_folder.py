@@ -2,6 +2,7 @@
 frameworks and ranks are read, and bad input is one line naming the file or folder."""
 import glob
 import json
+import logging
 import os
 
 import pytest
@@ -174,11 +175,23 @@ def test_a_truncated_log(tmp_path):
 
 
 def test_mllog_lines_as_the_library_writes_them(tmp_path):
-    # The helper's lines are what mlperf_logging.mllog itself prints (its own format, one event).
+    # The helper's lines are what mlperf_logging.mllog itself prints (its own format, one event), through a
+    # logger of this test's, so the library's shared logger is left as it was.
     from mlperf_logging import mllog
-    path = tmp_path / "mllog.txt"
-    mllog.config(filename=str(path))
-    mllog.get_mllogger().event(key="global_batch_size", value=3264, metadata={"file": "made.py", "lineno": 1},
-                               time_ms=7)
-    written = json.loads(path.read_text().split(":::MLLOG ", 1)[1])
+    shared = mllog.get_mllogger()
+    previous = shared.logger
+    mine = logging.getLogger("made_logs_format_check")
+    handler = logging.FileHandler(tmp_path / "mllog.txt")
+    mine.addHandler(handler)
+    mine.setLevel(logging.INFO)
+    mine.propagate = False
+    mllog.config(logger=mine)
+    try:
+        shared.event(key="global_batch_size", value=3264, metadata={"file": "made.py", "lineno": 1},
+                     time_ms=7)
+    finally:
+        shared.logger = previous
+        mine.removeHandler(handler)
+        handler.close()
+    written = json.loads((tmp_path / "mllog.txt").read_text().split(":::MLLOG ", 1)[1])
     assert written == json.loads(line("global_batch_size", 7, 3264).split(":::MLLOG ", 1)[1])
