@@ -114,5 +114,21 @@ PRESETS = {
 }
 
 
+def rcp_hyperparameters(config, ranks):
+    """The config's values under the names of an RCP record's Hyperparams (rcps_bert.json), for
+    suite.cluster.rcp.compare_hyperparameters. `ranks` is unused: BERT's RCPs name no per-rank value."""
+    return {
+        "opt_base_learning_rate": config.base_lr,
+        "opt_epsilon": config.epsilon,
+        "opt_learning_rate_training_steps": config.train_steps,
+        "num_warmup_steps": config.warmup_steps,
+        "start_warmup_step": config.start_warmup_step,
+        "opt_lamb_beta_1": config.beta_1,
+        "opt_lamb_beta_2": config.beta_2,
+        "opt_lamb_weight_decay_rate": config.weight_decay,
+        "gradient_accumulation_steps": config.accumulation_steps,
+    }
+
+
 CONFIG = BertRunConfig
 DEFAULT_PRESET = "closed_8xA100_gbs448"

@@ -67,6 +67,9 @@ def _closed(gpus, per_gpu, **hparams):
 # points (RCPs) for their global batch; the per-GPU batch is what makes them fit a scale.
 RCP_3264 = dict(base_lr=10.5, warmup_epochs=2.0, weight_decay=5e-5, momentum=0.9, epochs=37, eval_offset=3)
 RCP_4096 = dict(base_lr=10.0, warmup_epochs=5.0, weight_decay=2e-4, momentum=0.9, epochs=42, eval_offset=2)
+# 4710 decay steps x 13056 / 1,281,167 = 48.0 epochs. The RCP carries no evaluation offset: its ten
+# reference runs converged at epochs 44-46, and offset 2 puts an evaluation at 46 (2, 6, ..., 46, 50).
+RCP_13056 = dict(base_lr=12.8, warmup_epochs=9.0, weight_decay=2.5e-5, momentum=0.9, epochs=48, eval_offset=2)
 
 PRESETS = {
     "closed_8xA100_gbs3264": Preset(
@@ -86,6 +89,11 @@ PRESETS = {
         "4 nodes x 8 A100-80GB", "32 GPUs x 128 = 4096",
         _closed(32, 128, **RCP_4096),
         "RCP 4096: LR 10, warmup 5, wd 2e-4; ~40 epochs.", ranks=(32,)),
+    "closed_32xA100_gbs13056": Preset(
+        "4 nodes x 8 A100-80GB", "32 GPUs x 408 = 13056",
+        _closed(32, 408, **RCP_13056),
+        "RCP 13056: LR 12.8, warmup 9, wd 2.5e-5, decay over 48 epochs; weak scaling from 8 GPUs at 408 "
+        "per GPU. The reference converged in 44-46 epochs (evals at 2, 6, ..., 46, 50).", ranks=(32,)),
     "tiny_cpu": Preset(
         "2 CPU processes", "2 ranks x 16 = 32",
         dict(global_batch_size=32, image_size=64, num_classes=4, base_lr=2.0, warmup_epochs=1.0,
@@ -108,6 +116,25 @@ PRESETS = {
         "images: 4 steps), one epoch, one evaluation. Far too short to reach its 0.9 target, so runs "
         "end not converged (run_stop aborted), still valid MLPerf result rows."),
 }
+
+
+def rcp_hyperparameters(config, ranks):
+    """The config's values under the names of an RCP record's Hyperparams (rcps_resnet.json), for
+    suite.cluster.rcp.compare_hyperparameters. Decay steps come from the decay epochs as the closed
+    presets were made from the RCPs (epochs x ImageNet's training images / global batch, rounded);
+    model_bn_span is what the workload logs, the per-rank batch."""
+    return {
+        "optimizer": config.optimizer,
+        "opt_base_learning_rate": config.base_lr,
+        "opt_learning_rate_warmup_epochs": config.warmup_epochs,
+        "opt_momentum": config.momentum,
+        "opt_weight_decay": config.weight_decay,
+        "opt_learning_rate_decay_steps": round(config.epochs * IMAGENET_COUNTS[0] / config.global_batch_size),
+        "model_bn_span": config.global_batch_size // ranks,
+        "opt_end_learning_rate": config.end_lr,
+        "opt_learning_rate_decay_poly_power": config.poly_power,
+        "epsilon": config.lars_epsilon,
+    }
 
 
 CONFIG = ResNetConfig

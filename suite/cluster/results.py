@@ -4,6 +4,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from mlperf_logging.compliance_checker import mlp_parser
+
 MARKER = ":::MLLOG "
 SUCCESS = "success"
 
@@ -24,6 +26,7 @@ class RunLog:
     run_stop_ms: int
     global_batch_size: int = None
     accuracies: list = field(default_factory=list)  # (epoch_num, accuracy) in log order
+    events: tuple = field(default=(), repr=False, compare=False)  # (number, event) as read, for timetotrain
 
     @property
     def minutes(self):
@@ -65,9 +68,50 @@ def has_run_stop(path):
         return False
 
 
+def parsed_events(path, ruleset="2.1.0"):
+    """(MLLOG line number, event dict) for every MLPerf line, read by mlperf_logging's own parser.
+
+    Its parser takes the line from ':::MLLOG' on, so a rank prefix ("0: ") or other output before
+    the marker does no harm, and skips lines without the marker; the dicts have the shape events()
+    gives. A line it cannot parse is a LogError naming the file and that line.
+    """
+    try:
+        loglines, failed = mlp_parser.parse_file(path, ruleset=ruleset)
+    except OSError as err:
+        raise LogError(f"{path}: {err.strerror}") from None
+    except KeyError as err:
+        raise LogError(f"{path}: an MLLOG line has no {err} field (the parser needs key, value, "
+                       f"metadata and time_ms)") from None
+    if failed:
+        line, error = failed[0]
+        raise LogError(f"{path}: an MLLOG line does not parse ({error}): {line[:120]}")
+    return [(line.lineno + 1, {"key": line.key, "value": line.value["value"],
+                               "metadata": line.value["metadata"] or {}, "time_ms": line.timestamp})
+            for line in loglines]
+
+
+def run_start_stop(found):
+    """(run_start, run_stop) in ms, taken as result_summarizer takes them (the loop of its
+    _query_run_start_stop): the scan stops once both have been seen, so of several run_start lines
+    before the first run_stop (one per rank) the last counts. None for one not logged."""
+    start = stop = None
+    for _, event in found:
+        if event["key"] == "run_start":
+            start = event["time_ms"]
+        elif event["key"] == "run_stop":
+            stop = event
+        if start is not None and stop is not None:
+            break
+    return start, stop
+
+
 def read_run(path, benchmark=None):
     """Parses one result log; raises LogError for a foreign, truncated or other-benchmark log."""
-    found = events(path)
+    return run_from_events(path, events(path), benchmark)
+
+
+def run_from_events(path, found, benchmark=None):
+    """The RunLog of one log's events (from events() or parsed_events()); LogError as read_run."""
     if not found:
         raise LogError(f"{path}: not an MLPerf log (no ':::MLLOG' lines)")
     first = {}
@@ -78,37 +122,39 @@ def read_run(path, benchmark=None):
     number, event = first["submission_benchmark"]
     if benchmark is not None and event.get("value") != benchmark:
         raise LogError(f"{path}:{number}: a log of benchmark {event.get('value')!r}, expected {benchmark!r}")
-    if "run_start" not in first:
+    start, stop = run_start_stop(found)
+    if start is None:
         raise LogError(f"{path}: truncated log: no run_start (the run never started)")
-    if "run_stop" not in first:
+    if stop is None:
         raise LogError(f"{path}: truncated log: no run_stop (the run did not finish)")
-    stop = first["run_stop"][1]
     return RunLog(
         path=path, benchmark=event.get("value"),
         division=_value(first, "submission_division"),
         status=(stop.get("metadata") or {}).get("status", ""),
-        run_start_ms=first["run_start"][1]["time_ms"], run_stop_ms=stop["time_ms"],
+        run_start_ms=start, run_stop_ms=stop["time_ms"],
         global_batch_size=_value(first, "global_batch_size"),
         accuracies=[((e.get("metadata") or {}).get("epoch_num"), e.get("value"))
-                    for _, e in found if e["key"] == "eval_accuracy"])
+                    for _, e in found if e["key"] == "eval_accuracy"],
+        events=tuple(found))
 
 
 def _value(first, key):
     return first[key][1].get("value") if key in first else None
 
 
-def olympic_mean(minutes, converged=None):
+def olympic_mean(minutes, converged=None, drop=1):
     """MLPerf's olympic mean: drop the fastest and the slowest run, average the rest.
 
     A run that did not converge counts as infinitely slow (MLPerf Training rules), so it is the
     one dropped as slowest; with two or more such runs the mean is None (not scored). Fewer
-    than three runs leave nothing to average: None.
+    than three runs leave nothing to average: None. `drop` runs go at each end instead of one
+    (result_summarizer drops 4 for unet3d), and as many runs may then fail to converge.
     """
     converged = [True] * len(minutes) if converged is None else list(converged)
     if len(converged) != len(minutes):
         raise ValueError("minutes and converged differ in length")
     scores = sorted(m if ok else math.inf for m, ok in zip(minutes, converged))
-    kept = scores[1:-1]
+    kept = scores[drop:len(scores) - drop]
     if not kept or math.inf in kept:
         return None
     return sum(kept) / len(kept)

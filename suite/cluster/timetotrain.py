@@ -1,0 +1,268 @@
+"""Time to train of MLPerf runs split, from their logs alone, into training, evaluation and the rest.
+
+Per run (split_run), from the log's own events:
+- total: run_stop - run_start, the time result_summarizer scores;
+- evaluation: the time inside eval_start -> eval_stop;
+- training: the time inside block_start -> block_stop (epoch_start -> epoch_stop when a log has
+  no blocks, the whole run when it has neither), less the evaluations inside those blocks (MXNet
+  and this suite evaluate inside the block);
+- other: total - training - evaluation (start-up after run_start, gaps between blocks).
+Intervals are paired start -> first stop after it, so the same start or stop from several ranks
+counts once; all are clipped to run_start..run_stop.
+- target: epochs for ResNet-style logs (epoch_num of the last evaluation, the one at which the
+  target was reached, as the RCP checker takes it) or samples for BERT (train_samples, or the last
+  evaluation's epoch_num, which BERT logs in samples); target samples = epochs x the dataset's
+  train_samples, or the samples themselves;
+- samples/s: target samples / training time, the rate the log's own timestamps imply.
+
+Per scale (summarize): means over the runs the olympic score keeps (sorted by time, a run that
+did not converge counted as the slowest, the fastest and slowest dropped), so the three times
+add up to the olympic mean; without an olympic score (fewer than three runs, or two that did not
+converge), means over the converged runs, and `aggregate` says which. The samples/s of a scale
+is its mean target samples over its mean training time, the training share its mean training
+time over its mean time to train. Medians over the converged runs are given beside them.
+
+Between two scales (factor_speedup), exactly:
+    minutes = target samples / samples/s / training share          (the definitions above)
+    speed-up = minutes(small) / minutes(large)
+             = throughput speed-up     samples/s(large) / samples/s(small)
+             x convergence ratio       target samples(small) / target samples(large)  (= the epochs ratio)
+             x evaluation and overhead training share(large) / training share(small)
+"""
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+from suite.cluster import results_folder
+from suite.cluster.results import LogError
+
+# Benchmarks whose convergence is counted in samples (train_samples); the others count epochs.
+SAMPLE_BENCHMARKS = ("bert",)
+
+
+@dataclass(frozen=True)
+class RunSplit:
+    """One run's time to train and what it was spent on; times in minutes."""
+
+    path: str
+    converged: bool
+    minutes: float
+    training_minutes: float
+    evaluation_minutes: float
+    other_minutes: float
+    evaluations: int
+    evaluated_at: tuple  # epoch_num of each evaluation (epochs, or samples for BERT), in log order
+    target_epochs: float  # None for a samples benchmark
+    target_samples: float
+    samples_per_second: float
+    logged_samples_per_second: float = None  # median of the log's own `throughput` lines, if any
+
+
+def split_run(run):
+    """The RunSplit of a results.RunLog read with its events; LogError for a log it cannot split."""
+    found = [event for _, event in run.events]
+    window = (run.run_start_ms, run.run_stop_ms)
+    eval_pairs = _clip(_intervals(found, "eval_start", "eval_stop"), window)
+    evals = _merge(eval_pairs)
+    trained = (_intervals(found, "block_start", "block_stop")
+               or _intervals(found, "epoch_start", "epoch_stop") or [window])
+    trained = _merge(_clip(trained, window))
+    evaluation_ms = _length(evals)
+    training_ms = _length(trained) - _overlap(trained, evals)
+    total_ms = run.run_stop_ms - run.run_start_ms
+    if training_ms <= 0:
+        raise LogError(f"{run.path}: no training time between run_start and run_stop")
+    evaluated_at = tuple(epoch for epoch, _ in _distinct_evaluations(found))
+    target_epochs, target_samples = _target(run, found, evaluated_at)
+    throughput = [e["value"] for e in found if e["key"] == "throughput" and _number(e.get("value"))]
+    return RunSplit(
+        path=run.path, converged=run.converged, minutes=total_ms / 60000.0,
+        training_minutes=training_ms / 60000.0, evaluation_minutes=evaluation_ms / 60000.0,
+        other_minutes=(total_ms - training_ms - evaluation_ms) / 60000.0,
+        evaluations=len(eval_pairs) if eval_pairs else len(evaluated_at), evaluated_at=evaluated_at,
+        target_epochs=target_epochs, target_samples=target_samples,
+        samples_per_second=target_samples / (training_ms / 1000.0),
+        logged_samples_per_second=statistics.median(throughput) if throughput else None)
+
+
+@dataclass(frozen=True)
+class ScaleSummary:
+    """One scale's runs summarized; `as_dict` names every figure with its unit."""
+
+    folder: str
+    benchmark: str
+    gpus: int
+    global_batch_size: int
+    aggregate: str  # "olympic" or "mean of converged runs"
+    runs: tuple  # RunSplit of every run
+    kept: tuple  # the RunSplits the means are over
+    minutes: float
+    training_minutes: float
+    evaluation_minutes: float
+    other_minutes: float
+    evaluations: float
+    target_epochs: float  # None for a samples benchmark
+    target_samples: float
+    samples_per_second: float
+
+    @property
+    def training_share(self):
+        return self.training_minutes / self.minutes
+
+    @property
+    def minutes_per_evaluation(self):
+        return self.evaluation_minutes / self.evaluations if self.evaluations else 0.0
+
+    def as_dict(self):
+        converged = [r for r in self.runs if r.converged]
+        logged = [r.logged_samples_per_second for r in converged if r.logged_samples_per_second]
+        return {
+            "folder": self.folder, "benchmark": self.benchmark, "gpus": self.gpus,
+            "global_batch_size": self.global_batch_size, "aggregate": self.aggregate, "runs": len(self.runs),
+            "aggregated_runs": len(self.kept), "converged_runs": len(converged),
+            "time_to_train_minutes": self.minutes, "training_minutes": self.training_minutes,
+            "evaluation_minutes": self.evaluation_minutes, "other_minutes": self.other_minutes,
+            "evaluation_count": self.evaluations, "target_epochs": self.target_epochs,
+            "target_samples": self.target_samples, "training_samples_per_second": self.samples_per_second,
+            "training_share_fraction": self.training_share,
+            "median_target_epochs": _median([r.target_epochs for r in converged]),
+            "median_target_samples": _median([r.target_samples for r in converged]),
+            "median_training_samples_per_second": _median([r.samples_per_second for r in converged]),
+            "median_logged_samples_per_second": _median(logged),
+            "median_evaluation_minutes": _median([r.evaluation_minutes for r in converged]),
+        }
+
+
+def summarize(folder):
+    """The ScaleSummary of a results_folder.ResultsFolder; FolderError when no run converged."""
+    results_folder.converged_runs(folder)  # FolderError when there is none
+    splits = tuple(split_run(run) for run in folder.runs)
+    converged = [s for s in splits if s.converged]
+    ranked = sorted(splits, key=lambda s: s.minutes if s.converged else math.inf)
+    kept, aggregate = ranked[1:-1], "olympic"
+    if not kept or not all(s.converged for s in kept):
+        kept, aggregate = converged, "mean of converged runs"
+    training = statistics.fmean(s.training_minutes for s in kept)
+    samples = statistics.fmean(s.target_samples for s in kept)
+    epochs = [s.target_epochs for s in kept]
+    return ScaleSummary(
+        folder=folder.path, benchmark=folder.benchmark, gpus=folder.gpus,
+        global_batch_size=folder.global_batch_size, aggregate=aggregate, runs=splits, kept=tuple(kept),
+        minutes=statistics.fmean(s.minutes for s in kept), training_minutes=training,
+        evaluation_minutes=statistics.fmean(s.evaluation_minutes for s in kept),
+        other_minutes=statistics.fmean(s.other_minutes for s in kept),
+        evaluations=statistics.fmean(s.evaluations for s in kept),
+        target_epochs=None if None in epochs else statistics.fmean(epochs),
+        target_samples=samples, samples_per_second=samples / (training * 60.0))
+
+
+@dataclass(frozen=True)
+class SpeedupFactors:
+    """minutes(small) / minutes(large) = throughput x convergence x evaluation_and_overhead, exactly."""
+
+    measured_speedup: float
+    throughput_speedup: float
+    convergence_ratio: float
+    evaluation_and_overhead_ratio: float
+    gpus_ratio: float
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def factor_speedup(small, large):
+    """The factors of the time-to-train speed-up from ScaleSummary `small` to `large` (module docstring)."""
+    return SpeedupFactors(
+        measured_speedup=small.minutes / large.minutes,
+        throughput_speedup=large.samples_per_second / small.samples_per_second,
+        convergence_ratio=small.target_samples / large.target_samples,
+        evaluation_and_overhead_ratio=large.training_share / small.training_share,
+        gpus_ratio=large.gpus / small.gpus if small.gpus and large.gpus else None)
+
+
+def evaluation_grid(summary):
+    """(first evaluation, evaluations apart) in the scale's convergence unit, from its kept runs' logs;
+    (None, None) when no run evaluated twice at distinct points."""
+    firsts, steps = [], []
+    for split in summary.kept:
+        points = split.evaluated_at
+        if points:
+            firsts.append(points[0])
+        steps += [b - a for a, b in zip(points, points[1:]) if b > a]
+    if not firsts or not steps:
+        return None, None
+    return statistics.median(firsts), statistics.median(steps)
+
+
+def _intervals(found, start_key, stop_key):
+    """(start, stop) ms pairs: a start opens one, the first stop after it closes it; repeats are ignored."""
+    pairs, opened = [], None
+    for event in found:
+        if event["key"] == start_key and opened is None:
+            opened = event["time_ms"]
+        elif event["key"] == stop_key and opened is not None:
+            pairs.append((opened, event["time_ms"]))
+            opened = None
+    return pairs
+
+
+def _clip(intervals, window):
+    low, high = window
+    return [(max(a, low), min(b, high)) for a, b in intervals if min(b, high) > max(a, low)]
+
+
+def _merge(intervals):
+    merged = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _length(intervals):
+    return sum(b - a for a, b in intervals)
+
+
+def _overlap(first, second):
+    return sum(max(0, min(b, d) - max(a, c)) for a, b in first for c, d in second)
+
+
+def _distinct_evaluations(found):
+    """(epoch_num, accuracy) of each eval_accuracy, a line repeated by another rank counted once."""
+    seen, distinct = set(), []
+    for event in found:
+        if event["key"] != "eval_accuracy":
+            continue
+        point = ((event.get("metadata") or {}).get("epoch_num"), event.get("value"))
+        if point not in seen:
+            seen.add(point)
+            distinct.append(point)
+    return distinct
+
+
+def _target(run, found, evaluated_at):
+    """(target epochs or None, target samples) of a run."""
+    logged = [e["value"] for e in found if e["key"] == "train_samples" and _number(e.get("value"))]
+    if run.benchmark in SAMPLE_BENCHMARKS:
+        # train_samples at the end is the samples trained; else BERT's eval epoch_num counts samples.
+        samples = logged[-1] if logged else (evaluated_at[-1] if evaluated_at else None)
+        if not _number(samples) or samples <= 0:
+            raise LogError(f"{run.path}: no samples to the target (no train_samples, no evaluation in "
+                           f"samples)")
+        return None, float(samples)
+    if not evaluated_at or not _number(evaluated_at[-1]):
+        raise LogError(f"{run.path}: no epochs to the target (no eval_accuracy with an epoch_num)")
+    if not logged:
+        raise LogError(f"{run.path}: no train_samples (the samples in an epoch), so no samples to the target")
+    return float(evaluated_at[-1]), float(evaluated_at[-1]) * logged[0]
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
