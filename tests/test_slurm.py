@@ -28,6 +28,8 @@ FAULT_BOUND_SECONDS = 60
 # Each launch puts one rank on each node: the fewest processes that still cross between the nodes.
 RANKS_PER_NODE = 1
 NODES = 2
+# Model flags for a launch refused before any rank starts: valid for any rank count, no data needed.
+NO_RUN = ["--preset", "tiny_cpu", "--data-dir", "/nonexistent"]
 
 
 def write_script(path, commands, nodes=NODES, ntasks_per_node=RANKS_PER_NODE, output=None):
@@ -145,7 +147,7 @@ def test_the_launchs_mpi_check_agrees_with_srun(slurm, kind):
 
 def test_pmi2_is_refused_in_one_line_inside_a_job(slurm, tmp_path):
     job = submit(slurm, write_script(tmp_path / "pmi2.sbatch", [
-        launch_command(["--data-dir", "/nonexistent"], "--launcher-args=--mpi=pmi2")]))
+        launch_command(NO_RUN, "--launcher-args=--mpi=pmi2")]))
     record = slurm.wait(job.id, timeout=60)
     assert (record["JobState"], record["ExitCode"]) == ("FAILED", "2:0"), job.text()
     errors = errors_in(job.text())
@@ -233,8 +235,9 @@ def test_more_nodes_than_the_cluster_has_are_queued_for_ever(slurm, tmp_path):
 
 @pytest.mark.parametrize("header,said", [
     ("", "sbatch: error: This does not look like a batch script."),
-    ("#!/bin/bash\n#SBATCH --container-image=nvcr.io#nvidia/tensorflow:24.03-tf2-py3\n",
-     "sbatch: unrecognized option '--container-image=nvcr.io#nvidia/tensorflow:24.03-tf2-py3'"),
+    # (sbatch cuts an #SBATCH line at a '#', so an enroot URI, registry#image, cannot go there.)
+    ("#!/bin/bash\n#SBATCH --container-image=/images/suite.sqsh\n",
+     "sbatch: unrecognized option '--container-image=/images/suite.sqsh'"),
 ])
 def test_a_script_sbatch_refuses_is_named_in_its_first_line(slurm, tmp_path, header, said):
     """No interpreter line; a Pyxis option in the header on a cluster without Pyxis."""
@@ -245,13 +248,28 @@ def test_a_script_sbatch_refuses_is_named_in_its_first_line(slurm, tmp_path, hea
     assert not queued(slurm)
 
 
+def test_an_output_folder_that_does_not_exist_fails_the_job_with_no_word_of_why(slurm, tmp_path):
+    """Slurm opens --output on the first node before the script runs and makes no folder for it: the
+    job fails at once, `scontrol show job` says JobLaunchFailure and no file a user sees says why
+    (slurmd's log does). The rendered scripts' results folder must exist before sbatch."""
+    missing = tmp_path / "results"
+    script = write_script(tmp_path / "job.sbatch", [["srun", "hostname"]], output=f"{missing}/%j.out")
+    job_id = slurm.submit([str(script)], cwd=REPO)
+    record = slurm.wait(job_id, timeout=60)
+    assert (record["JobState"], record["Reason"]) == ("FAILED", "JobLaunchFailure"), record
+    assert not missing.exists()
+    print(f"a missing --output folder: job {job_id} {record['JobState']}, exit {record['ExitCode']}, "
+          f"reason {record['Reason']}")
+
+
 def test_a_launch_on_more_nodes_than_its_allocation_is_named_before_srun(slurm, tmp_path):
+    wide = 2 * NODES  # a rank count the preset's batch splits over
     job = submit(slurm, write_script(tmp_path / "wide.sbatch", [
-        launch_command(["--data-dir", "/nonexistent"], nodes=NODES + 1)]))
+        launch_command(NO_RUN, nodes=wide)]))
     record = slurm.wait(job.id, timeout=60)
     assert (record["JobState"], record["ExitCode"]) == ("FAILED", "2:0"), job.text()
-    assert errors_in(job.text()) == [f"error: srun -N {NODES + 1}: job {job.id} has {NODES} nodes "
-                                     f"({record['NodeList']}); submit it with --nodes={NODES + 1}, or "
+    assert errors_in(job.text()) == [f"error: srun -N {wide}: job {job.id} has {NODES} nodes "
+                                     f"({record['NodeList']}); submit it with --nodes={wide}, or "
                                      f"launch on {NODES}"], job.text()
 
 
@@ -270,6 +288,11 @@ def test_the_cluster_is_torn_down_with_nothing_left_even_with_a_job_running(tmp_
                 slurm.wait(job.id, timeout=30, states=("RUNNING",))
                 wait_for(lambda: len(processes_named("sleep", tmp_path)) == NODES, 30, "both tasks")
                 tasks = processes_named("sleep", tmp_path)
+                # What the check below must find gone is found while the cluster runs (slurmctld 22.05
+                # forks a slurmscriptd of the same name).
+                found = {name: len(processes_named(name, tmp_path))
+                         for name in ("munged", "slurmd", "slurmctld")}
+                assert (found["munged"], found["slurmd"], found["slurmctld"] >= 1) == (1, NODES, True), found
                 munge_dir = slurm.munge_dir
             print(f"\nbring-up {slurm.bring_up_seconds:.1f} s, teardown with a job running "
                   f"{slurm.teardown_seconds:.1f} s")
@@ -283,9 +306,9 @@ def test_the_cluster_is_torn_down_with_nothing_left_even_with_a_job_running(tmp_
     assert not [ns for ns in namespaces if ns in listed]
 
 
-def processes_named(command, folder):
-    """Pids whose command starts with `command` and whose command line or environment names `folder`
-    (the daemons' -f, the tasks' SLURM_CONF)."""
+def processes_named(program, folder):
+    """Pids of `program` (any, for "") whose command line or environment names `folder` (the daemons'
+    -f, the tasks' SLURM_CONF)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -298,6 +321,7 @@ def processes_named(command, folder):
         except OSError:
             continue
         named = str(folder).encode() in cmdline + environ
-        if cmdline.startswith(command.encode()) and named and alive(entry):
+        # srun hands its tasks the program's full path.
+        if os.path.basename(cmdline.split(b"\0")[0]).startswith(program.encode()) and named and alive(entry):
             found.append(int(entry))
     return found
