@@ -59,9 +59,10 @@ class SlurmCluster:
         self.dir = str(workdir)
         self.conf = os.path.join(self.dir, "etc", "slurm.conf")
         # munged wants every folder above its socket searchable by all, which a test's temporary folder
-        # (mode 0700) is not: the key and socket get a folder of their own in /tmp, removed on close.
-        self.munge_dir = None
-        self.munge_socket = None
+        # (mode 0700) is not: the key and socket get a folder of their own in /tmp, removed on close,
+        # named after the login host's namespace so that a session killed outright leaves it to the next.
+        self.munge_dir = os.path.join(tempfile.gettempdir(), f"suite-munge-{hosts.namespaces[self.login]}")
+        self.munge_socket = os.path.join(self.munge_dir, "socket")
         self._daemons = []  # (name, Popen), in start order
         self.bring_up_seconds = self.teardown_seconds = None
 
@@ -96,8 +97,7 @@ class SlurmCluster:
         _stop([daemon for _, daemon in slurmds])  # all at once: one can take seconds after SIGTERM
         _stop([daemon for name, daemon in reversed(others)])
         self._daemons = []
-        if self.munge_dir:
-            shutil.rmtree(self.munge_dir, ignore_errors=True)
+        shutil.rmtree(self.munge_dir, ignore_errors=True)
         self.teardown_seconds = time.monotonic() - started
 
     def _end_jobs(self, seconds=15):
@@ -114,9 +114,9 @@ class SlurmCluster:
             time.sleep(0.3)
 
     def _write_config(self):
-        self.munge_dir = tempfile.mkdtemp(prefix="suite-munge-")
-        os.chmod(self.munge_dir, 0o755)
-        self.munge_socket = os.path.join(self.munge_dir, "socket")
+        shutil.rmtree(self.munge_dir, ignore_errors=True)
+        os.makedirs(self.munge_dir, mode=0o755)
+        os.chmod(self.munge_dir, 0o755)  # whatever the umask
         for folder in ("etc", "state", "log", "dev", *(f"spool/{n}" for n in self.nodes),
                        *(f"tmp/{n}" for n in self.nodes)):
             os.makedirs(os.path.join(self.dir, folder), exist_ok=True)

@@ -107,3 +107,20 @@ def test_the_pmix_versions_count_as_types(stand_ins, monkeypatch):
     versions = "specific pmix plugin versions available: pmix_v3,pmix_v4\n"
     monkeypatch.setenv("PATH", stand_ins(mpi_list=WITHOUT_PMIX + versions)["PATH"])
     assert slurmcheck.offered_types()[-2:] == ["pmix_v3", "pmix_v4"]
+
+
+def test_a_sweep_names_a_scale_larger_than_the_allocation_before_its_first_run(stand_ins, tmp_path):
+    from suite.cluster import sweep
+    hostfile = tmp_path / "four"
+    hostfile.write_text("".join(f"n{i} slots=1\n" for i in range(1, 5)))
+    info = tmp_path / "system.yaml"
+    info.write_text("".join(f"{field}: '2'\n" for field in sweep.HOST_FIELDS))
+    result = run([sys.executable, "-m", "suite.cluster.sweep", "--out", str(tmp_path / "out"), "--hostfile",
+                  str(hostfile), "--scales", "2,4", "--launcher", "srun", "--skip-host-check", "--profile",
+                  "local-cpu", "--preset", "tiny_cpu", "--runs", "1", "--system-info", str(info), "--",
+                  "models.resnet50", "--data-dir", "/nonexistent"],
+                 SLURM_JOB_ID="41", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="n[1-2]", **stand_ins())
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert "_n4_np4: srun -N 4: job 41 has 2 nodes (n[1-2])" in errors[0], errors[0]
+    assert not stand_ins.step_started()
