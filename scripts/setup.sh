@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything the suite needs on a fresh Debian + Python 3.11 machine:
 # Debian packages (Open MPI, cmake, g++; for the tests shellcheck, openssh-server and iproute2 for the
-# two-host cluster of network namespaces, and chromium to render the report's HTML), a virtual environment with the pinned
+# two-host cluster of network namespaces, Slurm 22.05 and munge for the Slurm cluster on those hosts, and
+# chromium to render the report's HTML), a virtual environment with the pinned
 # dependencies, and Horovod built from source with TensorFlow, Gloo and MPI.
 #
 # Idempotent: the environment is cached outside the clone, keyed on the pinned
@@ -42,8 +43,9 @@ detect_device() {
 
 install_debian_packages() {
   [[ ${SUITE_SKIP_APT:-0} == 1 ]] && return
+  # The tests run their own munged, slurmctld and slurmds (tests/slurmcluster.py), never the packages' services.
   local wanted=(openmpi-bin libopenmpi-dev cmake g++ make git shellcheck openssh-server openssh-client iproute2
-              chromium)
+              chromium slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge)
   local missing=()
   for pkg in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

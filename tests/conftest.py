@@ -6,6 +6,9 @@ import sys
 
 import pytest
 
+# The session's Slurm cluster fixture (`slurm`), built only when a test asks for it.
+pytest_plugins = ("slurmcluster",)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 

@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from suite.cluster import hostfile, preflight
+from suite.cluster import hostfile, preflight, slurmcheck
 from suite.cluster.hostfile import Host, HostfileError
 from suite.common import modelargs, profiles, runfiles
 from suite.common.config import ConfigError
@@ -480,6 +480,10 @@ def main(argv=None):
             code = check_hosts(plan, args, verbose=False)
             if code:
                 return code
+        if plan.launcher == "srun":
+            problem = srun_problem(plan)
+            if problem:
+                raise LaunchError(problem)
         print(f"launch: {shlex.join(plan.command)}", file=sys.stderr, flush=True)
         started = time.time()
         code = run(plan)
@@ -489,6 +493,13 @@ def main(argv=None):
     if args.record:
         record(plan, args.record, False, code, round(time.time() - started, 1))
     return code
+
+
+def srun_problem(plan):
+    """What Slurm can tell before any rank starts: more nodes than the allocation, an MPI plugin that
+    Slurm or the ranks' Open MPI lack (srun would start every rank only for each to fail in MPI_Init)."""
+    return (slurmcheck.allocation_problem(len(plan.hosts), os.environ)
+            or slurmcheck.mpi_problem(plan.command, {**os.environ, **plan.env}))
 
 
 def needs_host_check(args, plan):

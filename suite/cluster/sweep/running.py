@@ -91,9 +91,15 @@ def _remove_stale_temp_files(sweep, say):
 
 
 def _check_hosts(sweep, scale):
-    """The launcher's pre-flight of every host of a multi-host scale, before any run of the sweep starts."""
+    """The launcher's pre-flight of every host of a multi-host scale (under srun, the allocation and the
+    MPI plugin), before any run of the sweep starts."""
     args = scale.launch_args
     plan = launch.plan_launch(args, model_command(sweep, scale, 0))
+    # Under srun, a scale larger than the allocation or an MPI plugin the ranks cannot use would
+    # otherwise fail only when its turn comes, after every smaller scale has run.
+    problem = launch.srun_problem(plan) if plan.launcher == "srun" else None
+    if problem:
+        raise SweepError(f"scale {scale.system}: {problem}")
     if not launch.needs_host_check(args, plan):
         return
     _, problems = preflight.check_hosts(plan.hosts, python=args.python, profile=plan.profile)
