@@ -1,6 +1,7 @@
 """Checks what the CPU image's own command left behind, seen from the host (make image-test).
 
     python3 container/check_run.py --config CONFIG.json --root ROOT --revision REV [--output LOG]
+                                   [--distributions FILE]
 
 CONFIG.json is the image's configuration (the "config" of buildah inspect's "Docker"), ROOT
 the container's file system mounted on the host, REV the git revision the image was built from.
@@ -8,12 +9,16 @@ Checked: the image runs `make demo` (no entry point before it) in the suite's fo
 carries the revision and puts the suite's environment first on PATH; the demo's run directory under
 that folder holds the MLPerf log and the run files, rank 0 recorded the revision, 2 ranks and the
 suite's models.resnet50 in that folder as the program, and the run reached its target with the ranks'
-weights in sync. Prints one line per problem and exits 1, or says what passed. Standard library only:
-it runs on the host, outside the suite's environment.
+weights in sync; the demo's output has no line of TensorFlow's start-up (the CUDA build's complaints
+on a machine without a GPU, TensorFlow's info lines), and the image's environment holds exactly one
+TensorFlow distribution (FILE: the distribution names the image's python lists, one a line). Prints
+one line per problem and exits 1, or says what passed. Standard library only: it runs on the host,
+outside the suite's environment.
 """
 import argparse
 import json
 import os
+import re
 import sys
 
 SUITE_DIR = "/opt/mlperf-hvd-suite"
@@ -21,6 +26,16 @@ COMMAND = ["make", "demo"]
 RUN_DIR = "runs/demo/run"
 RUN_FILES = ("result_0.txt", "config.json", "env.json", "summary.json")
 WORLD_SIZE = 2
+# What TensorFlow prints at start-up on a CPU machine when the CUDA build is installed (cuFFT, cuDNN and
+# cuBLAS factories, "Could not find cuda drivers", "failed call to cuInit"), and its info and error
+# lines, which the suite hides unless asked for; tests/test_main_job.py checks the same on the host.
+START_UP_NOISE = ("cuda", "cuinit", "cudnn", "cublas", "cufft", "E0000", "I0000", "oneDNN",
+                  "cpu_feature_guard")
+# Every name under which PyPI ships a build that installs the `tensorflow` package
+# (tests/test_environment.py holds the same list for the host's environment).
+TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",
+                            "tensorflow-macos", "tensorflow-aarch64", "tf-nightly", "tf-nightly-cpu",
+                            "intel-tensorflow")
 
 
 def image_problems(config, revision):
@@ -82,7 +97,27 @@ def output_problems(path):
     except OSError as err:
         return [f"{path}: {err.strerror}"]
     wanted = ("run success", "INFO - SUCCESS", f"MLPerf log: {RUN_DIR}/result_0.txt")
-    return [f"{path}: the demo's output has no {line!r}" for line in wanted if line not in text]
+    problems = [f"{path}: the demo's output has no {line!r}" for line in wanted if line not in text]
+    noisy = [line.strip() for line in text.splitlines()
+             if any(word.lower() in line.lower() for word in START_UP_NOISE)]
+    if noisy:
+        problems.append(f"{path}: TensorFlow's start-up is not quiet ({len(noisy)} lines), "
+                        f"first: {noisy[0]!r}")
+    return problems
+
+
+def distribution_problems(path):
+    """Exactly one TensorFlow distribution among the image's installed ones (names, one a line)."""
+    try:
+        with open(path) as handle:
+            names = {re.sub(r"[-_.]+", "-", line.strip()).lower() for line in handle if line.strip()}
+    except OSError as err:
+        return [f"{path}: {err.strerror}"]
+    found = sorted(names.intersection(TENSORFLOW_DISTRIBUTIONS))
+    if len(found) != 1:
+        return [f"{path}: the image's environment holds {len(found)} TensorFlow distributions {found}, "
+                "not one"]
+    return []
 
 
 def main(argv=None):
@@ -91,6 +126,8 @@ def main(argv=None):
     parser.add_argument("--root", required=True, help="the container's file system, mounted")
     parser.add_argument("--revision", required=True, help="the git revision the image was built from")
     parser.add_argument("--output", help="what the image's command printed")
+    parser.add_argument("--distributions", metavar="FILE",
+                        help="the distribution names the image's python lists, one a line")
     args = parser.parse_args(argv)
     problems = []
     config = read_json(args.config, problems)
@@ -99,6 +136,8 @@ def main(argv=None):
     problems += run_problems(run_dir, args.revision)
     if args.output:
         problems += output_problems(args.output)
+    if args.distributions:
+        problems += distribution_problems(args.distributions)
     for problem in problems:
         print(f"check_run: {problem}", file=sys.stderr)
     if problems:

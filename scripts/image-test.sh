@@ -7,7 +7,8 @@
 # 3. container/Dockerfile.cpu built on it (container/build.sh --engine buildah --base-image ...).
 # 4. The image's own command (its CMD, `make demo`) run in its working directory inside a container
 #    of the image; the MLPerf log it wrote checked by the compliance checker, and the run directory,
-#    env.json's git revision and the image's settings checked by container/check_run.py.
+#    env.json's git revision, the image's settings, a quiet start and one TensorFlow distribution in
+#    the image's environment checked by container/check_run.py.
 # 5. The GPU image's suite-check stage, the part of Dockerfile.gpu that needs no NGC base.
 #
 # Knobs: SUITE_CACHE_DIR (default ~/.cache/mlperf-hvd-suite), SUITE_DEBIAN_MIRROR (default
@@ -149,9 +150,12 @@ test_cpu_image() {
     --ruleset "$RULESET" --log_output /tmp/compliance.txt runs/demo/run/result_0.txt >"$work_dir/checker.log" 2>&1 \
     || { tail -n 20 "$work_dir/checker.log" >&2; die "the compliance checker ($RULESET) rejects the image's MLPerf log"; }
   grep -q SUCCESS "$work_dir/checker.log" || die "the compliance checker ($RULESET) did not say SUCCESS"
+  buildah run --isolation chroot "$ctr" -- env python -c \
+    'import importlib.metadata as m; print(*(d.metadata["Name"] for d in m.distributions()), sep="\n")' \
+    >"$work_dir/distributions.txt" || die "the image's python cannot list its distributions"
   local root; root=$(buildah mount "$ctr")
   python3 "$repo_dir/container/check_run.py" --config "$config" --root "$root" --revision "$revision" \
-    --output "$work_dir/demo.log" || die "the image's run does not pass container/check_run.py"
+    --output "$work_dir/demo.log" --distributions "$work_dir/distributions.txt" || die "the image's run does not pass container/check_run.py"
   buildah umount "$ctr" >/dev/null
   log "CPU image passed: make demo in $workdir, the $RULESET checker, revision $revision in env.json"
 }

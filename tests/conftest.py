@@ -83,6 +83,16 @@ def read_json(path):
         return json.load(handle)
 
 
+def container_check_run():
+    """container/check_run.py as a module: the image's checks, whose word lists the host's tests share."""
+    import importlib.util
+    path = os.path.join(REPO, "container", "check_run.py")
+    spec = importlib.util.spec_from_file_location("check_run", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def small_data(tmp_path_factory):
     """A learnable 4-class dataset with 32 px images: 64 train and 40 eval records, uneven shards."""

@@ -205,9 +205,12 @@ def good_run(tmp_path):
 
 
 def check_run(tmp_path):
+    distributions = tmp_path / "distributions.txt"
+    if not distributions.exists():
+        distributions.write_text("numpy\ntensorflow-cpu\ntf_keras\nhorovod\n")
     return subprocess.run([sys.executable, CHECK_RUN, "--config", str(tmp_path / "config.json"),
                            "--root", str(tmp_path / "root"), "--revision", REVISION,
-                           "--output", str(tmp_path / "demo.log")],
+                           "--output", str(tmp_path / "demo.log"), "--distributions", str(distributions)],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -259,6 +262,25 @@ def test_check_run_wants_the_log_and_the_checkers_success(tmp_path):
     (tmp_path / "demo.log").write_text("run success\nERROR - FAILED\n")
     said = checker_says(tmp_path)
     assert "no result_0.txt" in said and "no 'INFO - SUCCESS'" in said
+
+
+def test_check_run_wants_a_quiet_start(tmp_path):
+    good_run(tmp_path)
+    demo_log = tmp_path / "demo.log"
+    demo_log.write_text("E0000 00:00:1 cuda_executor.cc] failed call to cuInit: UNKNOWN ERROR (303)\n"
+                        + demo_log.read_text())
+    said = checker_says(tmp_path)
+    assert "start-up is not quiet (1 lines)" in said and "cuInit" in said
+
+
+@pytest.mark.parametrize("names, culprit", [
+    ("tensorflow\ntensorflow-cpu\ntf-keras\n", "2 TensorFlow distributions ['tensorflow', 'tensorflow-cpu']"),
+    ("tf_keras\nnumpy\n", "0 TensorFlow distributions []"),
+])
+def test_check_run_wants_one_tensorflow_distribution(tmp_path, names, culprit):
+    good_run(tmp_path)
+    (tmp_path / "distributions.txt").write_text(names)
+    assert culprit in checker_says(tmp_path)
 
 
 # --- the revision a run records inside an image ---------------------------------------------------

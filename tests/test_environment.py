@@ -8,12 +8,10 @@ import importlib.metadata
 import os
 import re
 
-from conftest import REPO
+from conftest import REPO, container_check_run
 
-# Every name under which PyPI ships a TensorFlow build that installs the `tensorflow` package.
-TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",
-                            "tensorflow-macos", "tensorflow-aarch64", "tf-nightly", "tf-nightly-cpu",
-                            "intel-tensorflow")
+# Every name under which PyPI ships a TensorFlow build (the list the image's check uses).
+TENSORFLOW_DISTRIBUTIONS = container_check_run().TENSORFLOW_DISTRIBUTIONS
 
 
 def _installed():
