@@ -67,7 +67,7 @@ def test_the_list_of_login_node_modules_is_complete():
                    "suite.cluster.rcp", "suite.common.profiles", "suite.common.busbw",
                    "suite.common.runfiles", "suite.common.config",
                    *(f"suite.cluster.sweep.{name}" for name in ("planning", "running", "submission", "cli")),
-                   *(f"suite.cluster.report.{name}" for name in ("results_folder", "figures", "projection",
+                   *(f"suite.cluster.report.{name}" for name in ("sweep_folder", "figures", "projection",
                                                                  "published", "formats", "document", "plots",
                                                                  "cli"))):
         assert module in names

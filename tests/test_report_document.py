@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import run
-from suite.cluster.report import document, projection, results_folder
+from suite.cluster.report import document, projection, sweep_folder
 from test_report import build, system, table_with, tables
 
 
@@ -122,7 +122,7 @@ def test_report_html_renders_in_a_browser(built, tmp_path):
     # Every table of report.md is in the page, in order, with its header and its rows.
     assert [(t["header"], t["rows"]) for t in seen["tables"]] == \
         [(header, len(rows)) for header, rows in tables(markdown)]
-    assert seen["banners"] == len(projection.banners(results_folder.load_sweep(folder))) == 1
+    assert seen["banners"] == len(projection.banners(sweep_folder.load_sweep(folder))) == 1
 
 
 def test_the_browser_check_sees_a_broken_image(built, tmp_path):
