@@ -188,7 +188,7 @@ def table_with(markdown, column):
 
 
 def parse_minutes(path):
-    """Time to train straight from a log, independently of suite.cluster.results."""
+    """Time to train straight from a log, independently of suite.common.results."""
     times = {}
     with open(path) as handle:
         for line in handle:

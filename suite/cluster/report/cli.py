@@ -10,7 +10,7 @@ from suite.cluster.report.figures import SCALING_MODES
 from suite.cluster.report.plots import make_plots
 from suite.cluster.report.projection import banners
 from suite.cluster.report.sweep_folder import ReportError, load_sweep
-from suite.cluster.results import LogError
+from suite.common.results import LogError
 
 REPORT_FILES = ("report.md", "report.html", "time_to_train.png", "throughput.png", "scaling.png",
                 "stragglers.png", "allreduce.png", "attribution.png")

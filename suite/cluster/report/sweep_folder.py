@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from suite.cluster import results
+from suite.common import results
 
 MANIFEST = "sweep.json"
 
