@@ -105,12 +105,14 @@ def small_data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """The report of a good sweep (a straggler, step splits), once per test_report_* file: (its sweep
-    folder, report.md). The sweep is tests/test_report.py's, which every report test shares."""
+    """The report of a good sweep (a straggler, step splits) beside Dell's published 8-GPU ResNet-50
+    folder (--compare), once per test_report_* file: (its sweep folder, report.md). The sweep is
+    tests/test_report.py's, which every report test shares."""
     from suite.cluster import report
+    from published import DELL_8
     from test_report import STRONG_SPLIT, make_sweep
     folder = make_sweep(str(tmp_path_factory.mktemp("built") / "sweep"), slow_rank=1, split=STRONG_SPLIT)
-    assert report.main([folder]) == 0
+    assert report.main([folder, "--compare", DELL_8[0]]) == 0
     with open(os.path.join(folder, "report", "report.md")) as handle:
         return folder, handle.read()
 

@@ -76,6 +76,23 @@ def test_tiny_log_counts_samples_and_names_every_tensor(tiny_run):
     assert keys.index("train_samples") < keys.index("run_stop") == len(keys) - 1
 
 
+@pytest.mark.slow
+def test_tiny_summary_splits_its_time_to_train_from_its_own_log(tiny_run):
+    """summary.json's time_to_train, set against the log's own events read here."""
+    events = read_log(tiny_run / "result_0.txt")
+    at = {e["key"]: e["time_ms"] for e in events if e["key"] in ("run_start", "run_stop")}
+    split = read_json(tiny_run / "summary.json")["time_to_train"]
+    assert split["time_to_train_minutes"] == pytest.approx((at["run_stop"] - at["run_start"]) / 60000)
+    parts = split["training_minutes"] + split["evaluation_minutes"] + split["other_minutes"]
+    assert parts == pytest.approx(split["time_to_train_minutes"])
+    assert min(split["training_minutes"], split["evaluation_minutes"]) > 0 and split["converged"]
+    evals = [e for e in events if e["key"] == "eval_start"]
+    assert split["evaluation_count"] == len(evals) and split["target_epochs"] is None
+    assert split["target_samples"] == [e["value"] for e in events if e["key"] == "train_samples"][-1]
+    rate = split["target_samples"] / (split["training_minutes"] * 60)
+    assert split["training_samples_per_second"] == pytest.approx(rate)
+
+
 @pytest.fixture(scope="module")
 def large_run(bert_data, tmp_path_factory):
     """The BERT-large code path: 24 layers of 1024, 2 micro-batches of 2, two LAMB steps, one process.

@@ -62,12 +62,12 @@ def test_the_list_of_login_node_modules_is_complete():
     # A new cluster module is covered by the test above without anyone adding it by hand.
     names = login_node_modules()
     for module in ("suite.cluster.launch", "suite.cluster.sweep", "suite.cluster.report",
-                   "suite.cluster.deploy", "suite.cluster.scaling", "suite.cluster.results",
-                   "suite.cluster.hostfile", "suite.cluster.results_folder", "suite.cluster.timetotrain",
+                   "suite.cluster.deploy", "suite.cluster.scaling", "suite.common.results",
+                   "suite.cluster.hostfile", "suite.cluster.results_folder", "suite.common.timetotrain",
                    "suite.cluster.rcp", "suite.common.profiles", "suite.common.busbw",
                    "suite.common.runfiles", "suite.common.config",
                    *(f"suite.cluster.sweep.{name}" for name in ("planning", "running", "submission", "cli")),
-                   *(f"suite.cluster.report.{name}" for name in ("results_folder", "figures", "projection",
+                   *(f"suite.cluster.report.{name}" for name in ("sweep_folder", "figures", "projection",
                                                                  "published", "formats", "document", "plots",
                                                                  "cli"))):
         assert module in names

@@ -188,7 +188,7 @@ def table_with(markdown, column):
 
 
 def parse_minutes(path):
-    """Time to train straight from a log, independently of suite.cluster.results."""
+    """Time to train straight from a log, independently of suite.common.results."""
     times = {}
     with open(path) as handle:
         for line in handle:
@@ -304,5 +304,6 @@ def test_the_package_main_is_the_command_line(tmp_path, capsys):
     folder = make_sweep(str(tmp_path / "sweep"))
     assert report.main([folder, "--out", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.strip() == (f"report: {tmp_path / 'out' / 'report.md'}, "
-                                               f"{tmp_path / 'out' / 'report.html'}")
+                                               f"{tmp_path / 'out' / 'report.html'}, "
+                                               f"{tmp_path / 'out' / 'report.json'}")
     assert report.main([str(tmp_path / "nowhere")]) == 2

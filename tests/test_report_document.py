@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import run
-from suite.cluster.report import document, projection, results_folder
+from suite.cluster.report import document, projection, sweep_folder
 from test_report import build, system, table_with, tables
 
 
@@ -116,13 +116,20 @@ def test_report_html_renders_in_a_browser(built, tmp_path):
     out = os.path.join(folder, "report")
     seen = render(os.path.join(out, "report.html"), tmp_path)
     pngs = sorted(name for name in os.listdir(out) if name.endswith(".png"))
-    assert len(seen["images"]) == len(pngs) == 6
+    assert len(seen["images"]) == len(pngs) == 7
     for image in seen["images"]:
         assert image["complete"] and image["width"] >= 600 and image["height"] >= 350, image
     # Every table of report.md is in the page, in order, with its header and its rows.
     assert [(t["header"], t["rows"]) for t in seen["tables"]] == \
         [(header, len(rows)) for header, rows in tables(markdown)]
-    assert seen["banners"] == len(projection.banners(results_folder.load_sweep(folder))) == 1
+    assert seen["banners"] == len(projection.banners(sweep_folder.load_sweep(folder))) == 1
+    # The comparison: the sweep's two scales and the published folder in one split table, the sweep's
+    # 1 -> 2 factored, and the split's plot drawn.
+    split, = [t for t in seen["tables"] if "olympic mean (min)" in t["header"]]
+    assert split["rows"] == 3 and "training samples/s" in split["header"]
+    factors, = [t for t in seen["tables"] if "throughput ×" in t["header"]]
+    assert factors["rows"] == 1
+    assert "Time to train split, resnet" in [image["alt"] for image in seen["images"]]
 
 
 def test_the_browser_check_sees_a_broken_image(built, tmp_path):

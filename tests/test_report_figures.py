@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from suite.cluster.report import figures, results_folder
+from suite.cluster.report import figures, sweep_folder
 from test_report import (BENCH, ONE_RANK, PART_COLUMNS, STEPS_TIMED, SUBMITTER, TIMES, WEAK_SPLIT, build,
                          make_sweep, olympic_by_hand, parse_minutes, projection_table, summary, system,
                          table_with)
@@ -61,7 +61,7 @@ def test_measured_columns_use_the_median_everywhere(built):
 
 
 def test_the_figures_of_a_scale_without_the_document(tmp_path):
-    data = results_folder.load_sweep(make_sweep(str(tmp_path / "sweep")))
+    data = sweep_folder.load_sweep(make_sweep(str(tmp_path / "sweep")))
     one, two = data.scales
     ttt = figures.time_to_train(one)
     # Run 2 of the 1-process scale did not converge: it is the one dropped, with the fastest.
@@ -76,8 +76,8 @@ def test_the_figures_of_a_scale_without_the_document(tmp_path):
 
 
 def test_the_experiment_is_read_from_the_batches(tmp_path):
-    strong = results_folder.load_sweep(make_sweep(str(tmp_path / "strong"))).scales
-    weak = results_folder.load_sweep(make_sweep(str(tmp_path / "weak"), weak=True)).scales
+    strong = sweep_folder.load_sweep(make_sweep(str(tmp_path / "strong"))).scales
+    weak = sweep_folder.load_sweep(make_sweep(str(tmp_path / "weak"), weak=True)).scales
     assert figures.scaling_mode(strong)[0] == "strong" and "kept the global batch at 16" in \
         figures.scaling_mode(strong)[1]
     assert figures.scaling_mode(weak)[0] == "weak" and "kept the per-rank batch at 16" in \

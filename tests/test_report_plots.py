@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from suite.cluster.report import plots, results_folder
+from suite.cluster.report import plots, sweep_folder
 from test_report import PART_COLUMNS, STRONG_SPLIT, make_sweep, system
 
 
@@ -14,7 +14,7 @@ def test_plots_are_valid_pngs_and_the_html_embeds_them(built):
     out = os.path.join(folder, "report")
     names = sorted(name for name in os.listdir(out) if name.endswith(".png"))
     assert names == ["allreduce.png", "attribution.png", "scaling.png", "stragglers.png", "throughput.png",
-                     "time_to_train.png"]
+                     "time_to_train.png", "time_to_train_split_resnet.png"]
     for name in names:
         with Image.open(os.path.join(out, name)) as image:
             image.verify()
@@ -39,7 +39,7 @@ def test_plots_show_what_they_label(tmp_path):
     status = {1: ["aborted", "success", "aborted", "success", "success"], 2: ["success"] * 5}
     folder = str(tmp_path / "sweep")
     make_sweep(folder, allreduce="every scale", status=status)
-    data = results_folder.load_sweep(folder)
+    data = sweep_folder.load_sweep(folder)
     ttt = plots._plot_ttt(plt, data, 10.0, "auto").axes[0]
     labels = legend_of(ttt)
     for label in labels:
@@ -61,7 +61,7 @@ def test_ttt_legend_has_no_entry_for_what_is_not_drawn(tmp_path):
     import matplotlib.pyplot as plt
     folder = str(tmp_path / "sweep")
     make_sweep(folder, status={1: ["success"] * 5, 2: ["success"] * 5})
-    labels = legend_of(plots._plot_ttt(plt, results_folder.load_sweep(folder), 10.0, "auto").axes[0])
+    labels = legend_of(plots._plot_ttt(plt, sweep_folder.load_sweep(folder), 10.0, "auto").axes[0])
     assert labels == ["run (converged)", "olympic mean (MLPerf)",
                       "olympic mean of run times (status ignored)"]
     plt.close("all")
@@ -72,7 +72,7 @@ def test_the_attribution_plot_stacks_what_the_table_says(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     folder = make_sweep(str(tmp_path / "sweep"), split=STRONG_SPLIT)
-    step, lost = plots._plot_attribution(plt, results_folder.load_sweep(folder), 10.0, "auto").axes
+    step, lost = plots._plot_attribution(plt, sweep_folder.load_sweep(folder), 10.0, "auto").axes
     assert legend_of(step) == list(PART_COLUMNS)
     heights = [(bar.get_x(), bar.get_height()) for bar in step.patches]
     assert sum(h for x, h in heights if x > 0.5) == pytest.approx(60.0)  # the 2-process bar: its step

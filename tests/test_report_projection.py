@@ -3,7 +3,7 @@ and the banners on what makes the figures unfit for use."""
 import os
 
 from suite.cluster import report
-from suite.cluster.report import figures, projection, results_folder
+from suite.cluster.report import figures, projection, sweep_folder
 from test_report import (GRADIENT, PLATEAU_BUSBW, STATUS, TIMES, WITH_PLATEAU, build, make_sweep,
                          per_rank_median, projection_table, report_cli, system, top_of)
 
@@ -81,13 +81,13 @@ def test_a_base_scale_of_several_ranks_has_its_own_allreduce_taken_out(tmp_path)
 def test_no_banner_for_a_sweep_fit_for_its_use(tmp_path):
     folder = str(tmp_path / "sweep")
     make_sweep(folder, curve=WITH_PLATEAU)
-    assert projection.banners(results_folder.load_sweep(folder)) == []
+    assert projection.banners(sweep_folder.load_sweep(folder)) == []
 
 
 def test_banner_for_too_few_runs(tmp_path):
     folder = str(tmp_path / "sweep")
     make_sweep(folder, curve=WITH_PLATEAU, runs={1: 5, 2: 3})
-    found = projection.banners(results_folder.load_sweep(folder))
+    found = projection.banners(sweep_folder.load_sweep(folder))
     assert len(found) == 1 and found[0].startswith("NOT VALID FOR SUBMISSION")
     assert "requires 5 runs" in found[0] and f"{system(2)} 3" in found[0] and system(1) not in found[0]
     assert "found 3, expected 5" in found[0]
@@ -103,17 +103,17 @@ def test_banner_for_too_few_runs(tmp_path):
 def test_banner_for_too_few_timed_steps(tmp_path):
     folder = str(tmp_path / "sweep")
     make_sweep(folder, curve=WITH_PLATEAU, steps=figures.MIN_TIMED_STEPS - 1)
-    found = projection.banners(results_folder.load_sweep(folder))
+    found = projection.banners(sweep_folder.load_sweep(folder))
     assert len(found) == 1 and found[0].startswith("THROUGHPUT FROM TOO FEW STEPS")
     assert f"10 run(s) timed fewer than {figures.MIN_TIMED_STEPS}" in found[0]
     assert f"{system(2)} run(s) 0, 1, 2, 3, 4: {figures.MIN_TIMED_STEPS - 1} steps" in found[0]
     make_sweep(str(tmp_path / "enough"), curve=WITH_PLATEAU, steps=figures.MIN_TIMED_STEPS)
-    assert projection.banners(results_folder.load_sweep(str(tmp_path / "enough"))) == []
+    assert projection.banners(sweep_folder.load_sweep(str(tmp_path / "enough"))) == []
 
 
 def test_banner_for_an_allreduce_curve_without_a_plateau(built):
     folder, markdown = built
-    found = projection.banners(results_folder.load_sweep(folder))
+    found = projection.banners(sweep_folder.load_sweep(folder))
     assert len(found) == 1 and found[0].startswith(f"ALLREDUCE CURVE NEVER REACHED ITS PLATEAU ({system(2)})")
     # 1.1 ms at 64K and at 1M: busbw rose 16x; the gradient of 94 MB wants --max-bytes 128M.
     assert "rose 1500%" in found[0] and '--max-bytes 128M' in found[0]
@@ -123,5 +123,5 @@ def test_banner_for_an_allreduce_curve_without_a_plateau(built):
 def test_a_curve_that_falls_at_its_end_is_not_called_rising(tmp_path):
     folder = str(tmp_path / "sweep")
     make_sweep(folder, curve=((1 << 19, 1.1e-3), (1 << 20, 4.8e-3)))
-    found, = projection.banners(results_folder.load_sweep(folder))
+    found, = projection.banners(sweep_folder.load_sweep(folder))
     assert "bus bandwidth fell 54% between the two largest sizes" in found and "rose" not in found

@@ -1,7 +1,7 @@
-"""suite.cluster.results: the olympic mean and one MLPerf log read."""
+"""suite.common.results: the olympic mean and one MLPerf log read."""
 import pytest
 
-from suite.cluster import results
+from suite.common import results
 from test_report import BENCH, log_text
 
 

@@ -12,7 +12,7 @@ from mlperf_logging.result_summarizer import result_summarizer
 from made_logs import line, run_lines, write_folder
 from published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
 from suite.cluster import results_folder
-from suite.cluster.results import LogError
+from suite.common.results import LogError
 from suite.cluster.results_folder import FolderError, read_folder
 
 

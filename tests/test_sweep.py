@@ -228,7 +228,7 @@ def test_hosts_used_fill_slots_in_order():
 
 def test_system_description_passes_the_checker(tmp_path):
     from mlperf_logging.system_desc_checker import system_desc_checker
-    from suite.cluster.results import RunLog
+    from suite.common.results import RunLog
     args, passthrough, model = planning.parse(["--out", str(tmp_path / "o"), *LOCAL, *MODEL])
     plan = planning.plan_sweep(args, passthrough, model)
     logs = [RunLog("x", "resnet", "open", "aborted", 0, 60000)]
@@ -535,7 +535,7 @@ def test_package_checker_accepts_the_open_submission(swept, tmp_path):
 
 @pytest.mark.slow
 def test_result_summarizer_scores_every_system(swept, tmp_path):
-    from suite.cluster import results
+    from suite.common import results
     # It prints a header and writes its table as CSV and JSON (without --csv: summary.json in its
     # working directory, hence the cwd).
     summarize = [sys.executable, "-m", "mlperf_logging.result_summarizer", str(swept.out / SUBMITTER),

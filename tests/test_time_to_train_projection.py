@@ -9,7 +9,8 @@ import pytest
 from conftest import run
 from made_logs import run_lines, write_folder
 from published import BERT_8, BERT_64, DELL_8, DELL_32
-from suite.cluster import scaling, timetotrain
+from suite.cluster import scaling
+from suite.common import timetotrain
 from suite.cluster.results_folder import read_folder
 from suite.cluster.scaling import Scenario
 

@@ -7,9 +7,9 @@ import pytest
 
 from made_logs import run_lines, write_folder
 from published import DELL_8, DELL_32, PAIRS
-from suite.cluster import timetotrain
-from suite.cluster.results import LogError
-from suite.cluster.results_folder import FolderError, read_folder
+from suite.common import timetotrain
+from suite.common.results import LogError
+from suite.cluster.results_folder import read_folder
 from test_results_folder import ranks_and_noise
 
 
@@ -93,7 +93,7 @@ def test_without_an_olympic_score_the_converged_runs_are_averaged(tmp_path):
 
 
 def test_a_scale_with_no_converged_run_is_one_line(tmp_path):
-    with pytest.raises(FolderError, match=r"no converged run \(no run_stop with status success in its 5 "):
+    with pytest.raises(LogError, match=r"no converged run \(no run_stop with status success in its 5 "):
         scale(tmp_path, status="aborted")
 
 

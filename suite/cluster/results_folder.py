@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from suite.cluster import results
-from suite.cluster.results import LogError
+from suite.common import results, timetotrain
+from suite.common.results import LogError
 
 DEFAULT_RULESET = "2.1.0"
 USAGE = "training"
@@ -104,11 +104,10 @@ def read_folder(folder, ruleset=DEFAULT_RULESET, gpus=None, compliance=False):
 
 def converged_runs(folder):
     """The converged runs; FolderError when there is none (nothing to take a time to train from)."""
-    found = [run for run in folder.runs if run.converged]
-    if not found:
-        raise FolderError(f"{folder.path}: no converged run (no run_stop with status success in its "
-                          f"{len(folder.runs)} logs)")
-    return found
+    try:
+        return timetotrain.converged_runs(folder.path, folder.runs)
+    except LogError as err:
+        raise FolderError(str(err)) from None
 
 
 def system_description_path(folder, system):

@@ -55,7 +55,7 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass, replace
 
-from suite.cluster import timetotrain
+from suite.common import timetotrain
 
 GB = 1e9
 

@@ -1,6 +1,6 @@
 """`python -m suite.cluster.report SWEEP`: time to train, throughput, scaling, stragglers, allreduce.
 
-results_folder.py  reads the folder: each system's MLPerf logs and its runs' records
+sweep_folder.py    reads a sweep folder: each scale's MLPerf logs and its runs' records
 figures.py         the measured figures: time to train, throughput, scaling, stragglers, step splits
 projection.py      the projection beside them, and the banners on what the figures are unfit for
 published.py       published times to train, shown for reference

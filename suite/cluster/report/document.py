@@ -7,6 +7,7 @@ import markdown
 from markdown.extensions import Extension
 
 from suite.cluster import scaling
+from suite.cluster.report import split_section
 from suite.cluster.report.figures import (AGGREGATE, MIN_TIMED_STEPS, STEP_PARTS, allreduce_curves,
                                           efficiency_loss, scaling_rows, step_splits, stragglers,
                                           time_to_train)
@@ -15,8 +16,10 @@ from suite.cluster.report.projection import banners, no_plateau, projection_rows
 from suite.cluster.report.published import PUBLISHED_RATIOS, REFERENCES
 
 
-def build_document(data, threshold_pct, images, scaling_mode="auto"):
-    """Blocks: ("h1"|"h2"|"p"|"banner"|"code", text), ("table", header, rows), ("img", file, caption)."""
+def build_document(data, threshold_pct, images, scaling_mode="auto", splits=()):
+    """Blocks: ("h1"|"h2"|"p"|"banner"|"code", text), ("table", header, rows), ("img", file, caption).
+
+    splits: the split_section Scales, the sweep's and any --compare folders'."""
     doc = [("h1", f"Scaling report: {data.benchmark}, {len(data.scales)} scale(s)")]
     doc += [("banner", text) for text in banners(data, scaling_mode)]
     doc += [("p", f"Sweep folder {os.path.abspath(data.folder)}; submitter {data.submitter}; cluster profile "
@@ -25,6 +28,7 @@ def build_document(data, threshold_pct, images, scaling_mode="auto"):
                   f"one way throughout: the {AGGREGATE}, with the min–max over runs beside it; time to "
                   f"train is MLPerf's olympic mean.")]
     doc += _ttt_section(data, images)
+    doc += split_section.blocks(splits, images)
     doc += _runs_section(data)
     doc += _throughput_section(data, images)
     doc += _attribution_section(data, images)

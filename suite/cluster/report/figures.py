@@ -2,7 +2,7 @@
 import statistics
 from dataclasses import dataclass
 
-from suite.cluster import results
+from suite.common import results
 
 # The aggregate of several runs' throughput and step times, everywhere in the report: robust to
 # the one run that shared the machine with something else.

@@ -184,3 +184,36 @@ def _axes(axes, xlabel, ylabel, title, data):
     if data is not None:
         axes.set_xticks(sorted({s.np for s in data.scales}))
     axes.grid(alpha=0.3)
+
+
+def make_split_plots(scales, folder):
+    """One PNG per benchmark: each scale's time to train as training, evaluation and the rest."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from suite.cluster.report.split_section import image_name
+    from suite.cluster.report.splits import THIS_SWEEP
+    written = []
+    for benchmark in sorted({s.benchmark for s in scales}):
+        shown = [s for s in scales if s.benchmark == benchmark and s.summary]
+        if not shown:
+            continue
+        figure, axes = plt.subplots(figsize=(9, 1.5 + 0.7 * len(shown)))
+        labels = [f"{'' if s.source == THIS_SWEEP else 'compared: '}{s.system[:28]}\n{s.folder.gpus} GPUs, "
+                  f"batch {s.folder.global_batch_size}" for s in shown]
+        left = [0.0] * len(shown)
+        for key, label in (("training_minutes", "training"), ("evaluation_minutes", "evaluation"),
+                           ("other_minutes", "other")):
+            widths = [getattr(s.summary, key) for s in shown]
+            axes.barh(labels, widths, left=left, label=label)
+            left = [a + b for a, b in zip(left, widths)]
+        axes.set_xlabel("minutes (mean over the runs the olympic mean keeps)")
+        axes.set_title(f"Time to train split, {benchmark} (measured; --compare rows published)")
+        axes.invert_yaxis()
+        axes.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(os.path.join(folder, image_name(benchmark)), dpi=100)
+        plt.close(figure)
+        written.append(image_name(benchmark))
+    return written

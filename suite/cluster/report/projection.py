@@ -6,7 +6,7 @@ from suite.cluster import scaling
 from suite.cluster.report.figures import (MIN_TIMED_STEPS, batch_sizes, run_throughputs, scaling_mode,
                                           throughput)
 from suite.cluster.report.formats import size, step_range
-from suite.cluster.report.results_folder import SystemResults
+from suite.cluster.report.sweep_folder import SystemResults
 from suite.cluster.sweep.planning import REQUIRED_RUNS
 
 

@@ -3,7 +3,7 @@ import contextlib
 import signal
 import sys
 
-from suite.cluster import results
+from suite.common import results
 from suite.cluster.hostfile import HostfileError
 from suite.cluster.launch import LaunchError
 from suite.cluster.sweep.planning import SweepError, parse, plan_sweep, print_dry_run

@@ -6,11 +6,11 @@ import signal
 import sys
 import time
 
-from suite.cluster import guardian, launch, preflight, results
+from suite.cluster import guardian, launch, preflight
 from suite.cluster.sweep import submission
 from suite.cluster.sweep.planning import (SweepError, allreduce_command, allreduce_json, model_command,
                                           result_path, run_dir, too_few_runs, with_record)
-from suite.common import runfiles
+from suite.common import results, runfiles
 
 MANIFEST = "sweep.json"
 

@@ -2,7 +2,7 @@
 import os
 import shlex
 
-from suite.cluster import results
+from suite.common import results
 from suite.cluster.sweep.planning import STATUS, SYSTEM_FIELDS, SweepError, is_local, run_dir
 from suite.common import runfiles
 

@@ -1,6 +1,6 @@
-"""Reads a results folder for the report: each system's MLPerf logs and what its runs recorded beside them.
+"""Reads a sweep folder for the report: each scale's MLPerf logs and what its runs recorded beside them.
 
-Today the folder is a sweep's (python -m suite.cluster.sweep), whose sweep.json names the systems and
+The folder is a sweep's (python -m suite.cluster.sweep), whose sweep.json names the systems and
 their scales; the MLPerf part of it, <submitter>/results/<system>/<benchmark>/result_<i>.txt, is read
 by read_runs, which needs no sweep.
 """
@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from suite.cluster import results
+from suite.common import results
 
 MANIFEST = "sweep.json"
 

@@ -1,9 +1,9 @@
-"""suite.cluster.report.results_folder: a sweep folder read as its systems and their runs."""
+"""suite.cluster.report.sweep_folder: a sweep folder read as its systems and their runs."""
 import os
 
 import pytest
 
-from suite.cluster.report import results_folder
+from suite.cluster.report import sweep_folder
 from test_report import BENCH, SUBMITTER, TIMES, make_sweep, one_line_error, report_cli, system, write
 
 
@@ -17,7 +17,7 @@ def test_missing_and_non_sweep_folders(tmp_path):
 
 def test_a_sweep_folder_reads_as_its_systems_and_their_runs(tmp_path):
     folder = make_sweep(str(tmp_path / "sweep"), runs={1: 5, 2: 3})
-    data = results_folder.load_sweep(folder)
+    data = sweep_folder.load_sweep(folder)
     assert (data.folder, data.benchmark, data.submitter, data.profile) == (folder, BENCH, SUBMITTER, "test")
     one, two = data.scales
     assert [(s.system, s.np, s.nodes, s.planned, s.ranks_per_node) for s in data.scales] == \
@@ -32,20 +32,20 @@ def test_a_sweep_folder_reads_as_its_systems_and_their_runs(tmp_path):
 
 def test_the_logs_of_a_system_read_without_a_sweep(tmp_path):
     folder = make_sweep(str(tmp_path / "sweep"))
-    logs = results_folder.results_dir(folder, SUBMITTER, system(2), BENCH)
+    logs = sweep_folder.results_dir(folder, SUBMITTER, system(2), BENCH)
     assert logs == os.path.join(folder, SUBMITTER, "results", system(2), BENCH)
-    runs = results_folder.read_runs(logs, BENCH)
+    runs = sweep_folder.read_runs(logs, BENCH)
     assert [run.log.minutes for run in runs] == TIMES[2]
     assert all(run.summary is None and run.config is None and run.env is None for run in runs)
-    assert results_folder.read_runs(str(tmp_path / "nothing"), BENCH) == []
+    assert sweep_folder.read_runs(str(tmp_path / "nothing"), BENCH) == []
 
 
 def test_a_sweep_without_logs_or_with_a_broken_record_is_refused(tmp_path):
     folder = make_sweep(str(tmp_path / "sweep"), runs={1: 0, 2: 0})
-    with pytest.raises(results_folder.ReportError, match="no result logs yet; run the sweep first"):
-        results_folder.load_sweep(folder)
+    with pytest.raises(sweep_folder.ReportError, match="no result logs yet; run the sweep first"):
+        sweep_folder.load_sweep(folder)
     folder = make_sweep(str(tmp_path / "broken"))
     summary = os.path.join(folder, "runs", system(2), "run_1", "summary.json")
     write(summary, "{\n")
-    with pytest.raises(results_folder.ReportError, match=f"^{summary}:2: not valid JSON"):
-        results_folder.load_sweep(folder)
+    with pytest.raises(sweep_folder.ReportError, match=f"^{summary}:2: not valid JSON"):
+        sweep_folder.load_sweep(folder)

@@ -33,8 +33,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
-from suite.cluster import results_folder
-from suite.cluster.results import LogError
+from suite.common import results
+from suite.common.results import LogError
 
 # Benchmarks whose convergence is counted in samples (train_samples); the others count epochs.
 SAMPLE_BENCHMARKS = ("bert",)
@@ -56,6 +56,17 @@ class RunSplit:
     target_samples: float
     samples_per_second: float
     logged_samples_per_second: float = None  # median of the log's own `throughput` lines, if any
+
+    def as_dict(self):
+        """The split with its units in the key names (summary.json's "time_to_train")."""
+        return {
+            "converged": self.converged, "time_to_train_minutes": self.minutes,
+            "training_minutes": self.training_minutes, "evaluation_minutes": self.evaluation_minutes,
+            "other_minutes": self.other_minutes, "evaluation_count": self.evaluations,
+            "target_epochs": self.target_epochs, "target_samples": self.target_samples,
+            "training_samples_per_second": self.samples_per_second,
+            "logged_samples_per_second": self.logged_samples_per_second,
+        }
 
 
 def split_run(run):
@@ -83,6 +94,15 @@ def split_run(run):
         target_epochs=target_epochs, target_samples=target_samples,
         samples_per_second=target_samples / (training_ms / 1000.0),
         logged_samples_per_second=statistics.median(throughput) if throughput else None)
+
+
+def run_record(path, benchmark=None):
+    """summary.json's "time_to_train" of the run whose MLPerf log is `path`: RunSplit.as_dict, or
+    {"error": why} when the log cannot be split (the run's other records still count)."""
+    try:
+        return split_run(results.read_run(path, benchmark)).as_dict()
+    except (LogError, OSError) as err:
+        return {"error": str(err)}
 
 
 @dataclass(frozen=True)
@@ -133,9 +153,18 @@ class ScaleSummary:
         }
 
 
+def converged_runs(path, runs):
+    """The converged runs of a folder's results.RunLogs; LogError naming `path` when there is none
+    (nothing to take a time to train from)."""
+    found = [run for run in runs if run.converged]
+    if not found:
+        raise LogError(f"{path}: no converged run (no run_stop with status success in its {len(runs)} logs)")
+    return found
+
+
 def summarize(folder):
-    """The ScaleSummary of a results_folder.ResultsFolder; FolderError when no run converged."""
-    results_folder.converged_runs(folder)  # FolderError when there is none
+    """The ScaleSummary of a results_folder.ResultsFolder; LogError when no run converged."""
+    converged_runs(folder.path, folder.runs)
     splits = tuple(split_run(run) for run in folder.runs)
     converged = [s for s in splits if s.converged]
     ranked = sorted(splits, key=lambda s: s.minutes if s.converged else math.inf)

@@ -1,0 +1,89 @@
+"""The report's time-to-train split: its table, the factored speed-ups, one plot per benchmark, and
+report.json; also the whole document when the report is built from --compare folders alone."""
+import os
+
+from suite.cluster.report.formats import fmt, pct
+from suite.cluster.report.splits import THIS_SWEEP, speedup_record, speedups
+
+INTRO = (
+    "Each scale's MLPerf logs alone, read as a results folder and scored as "
+    "mlperf_logging.result_summarizer scores it (olympic mean of run_stop − run_start; a run that did not "
+    "converge is the one dropped). Its time to train splits into training (inside block_start → "
+    "block_stop, or the epochs, less the evaluations inside them), evaluation (eval_start → eval_stop) "
+    "and the rest (start-up after run_start, gaps); means over the runs the olympic mean keeps, so the "
+    "three add up to it. The target is the epochs (samples for BERT) at the last evaluation; training "
+    "samples/s is the target samples over the training time. Rows from --compare folders are "
+    "published (or earlier) results, not measured here.")
+FACTORS = (
+    "Between two scales of one source, the speed-up in time to train factors exactly: throughput speed-up "
+    "(training samples/s, larger over smaller) × convergence ratio (target samples, smaller over larger: "
+    "< 1 when the larger batch needs more epochs) × evaluation and overhead (the training share of the "
+    "time to train, larger over smaller). Efficiency is the speed-up over the GPU ratio.")
+
+
+def image_name(benchmark):
+    return f"time_to_train_split_{benchmark}.png"
+
+
+def blocks(scales, images):
+    if not scales:
+        return []
+    header = ["source", "system", "benchmark", "GPUs (processes)", "global batch", "runs", "converged",
+              "olympic mean (min)", "training (min)", "evaluation (min)", "other (min)", "evaluations",
+              "target (epochs or samples)", "RCP mean (epochs or samples)", "training samples/s"]
+    rows = [_row(scale) for scale in scales]
+    doc = [("h2", "Time to train split: throughput × convergence × evaluation"), ("p", INTRO),
+           ("table", header, rows)]
+    doc += [("p", f"{s.source}, {s.system}: {s.problem}.") for s in scales if s.problem]
+    pairs = speedups(scales)
+    if pairs:
+        doc += [("p", FACTORS), ("table", ["benchmark", "source", "GPUs", "global batch",
+                                           "speed-up (time to train)", "throughput ×", "convergence ×",
+                                           "evaluation and overhead ×", "product", "efficiency"],
+                                 [_factor_row(*pair) for pair in pairs])]
+    for benchmark in sorted({s.benchmark for s in scales}):
+        if image_name(benchmark) in images:
+            doc.append(("img", image_name(benchmark), f"Time to train split, {benchmark}"))
+    return doc
+
+
+def _row(scale):
+    s, f = scale.summary, scale.folder
+    target = None if s is None else (s.target_epochs if s.target_epochs is not None else s.target_samples)
+    unit = "" if scale.rcp is None else f" {scale.rcp.unit}"
+    return [scale.source, scale.system, scale.benchmark, fmt(f.gpus, "d"), str(f.global_batch_size),
+            str(len(f.runs)), str(sum(r.converged for r in f.runs)), fmt(f.olympic_minutes, ".2f"),
+            *(fmt(None if s is None else getattr(s, key), ".3f")
+              for key in ("training_minutes", "evaluation_minutes", "other_minutes")),
+            fmt(None if s is None else s.evaluations, ".1f"), fmt(target, ",.1f"),
+            "no RCP" if scale.rcp is None or scale.rcp.mean is None else f"{scale.rcp.mean:,.1f}{unit}",
+            fmt(None if s is None else s.samples_per_second, ",.1f")]
+
+
+def _factor_row(small, large, factors):
+    product = factors.throughput_speedup * factors.convergence_ratio * factors.evaluation_and_overhead_ratio
+    efficiency = factors.measured_speedup / factors.gpus_ratio if factors.gpus_ratio else None
+    source = small.source if small.source == large.source else f"{small.source}; {large.source}"
+    return [small.benchmark, source,
+            f"{small.folder.gpus} → {large.folder.gpus}",
+            f"{small.folder.global_batch_size} → {large.folder.global_batch_size}",
+            f"{factors.measured_speedup:.3f}", f"{factors.throughput_speedup:.3f}",
+            f"{factors.convergence_ratio:.3f}", f"{factors.evaluation_and_overhead_ratio:.3f}",
+            f"{product:.3f}", pct(efficiency)]
+
+
+def report_json(scales):
+    """report.json: per folder and scale its figures, and the factored speed-ups."""
+    return {"scales": [scale.record() for scale in scales],
+            "speedups": [speedup_record(*pair) for pair in speedups(scales)]}
+
+
+def compare_document(scales, images):
+    """The report of --compare folders alone (no sweep): the split and its factors."""
+    sources = sorted({s.source for s in scales if s.source != THIS_SWEEP})
+    return [("h1", f"Time-to-train report: {', '.join(sorted({s.benchmark for s in scales}))}, "
+                   f"{len(scales)} scale(s)"),
+            ("p", "Built from results folders alone (no sweep): "
+                  + ", ".join(os.path.abspath(s) for s in sources)
+                  + ". Nothing here was measured by this suite."),
+            *blocks(scales, images)]

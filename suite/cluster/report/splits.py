@@ -1,0 +1,144 @@
+"""Time to train split per scale, for the sweep's scales and the folders given with --compare.
+
+Each scale is read as an MLPerf results folder (suite.cluster.results_folder, scored as
+result_summarizer scores it) and split by suite.common.timetotrain into training, evaluation and
+the rest; two scales of one source (one sweep, one submitter's results) are factored, the smaller
+against the next larger: speed-up = throughput x convergence x evaluation and overhead, exactly.
+"""
+import os
+import re
+from dataclasses import dataclass
+
+from suite.cluster import rcp, results_folder
+from suite.cluster.report.sweep_folder import MANIFEST, ReportError, load_sweep, results_dir
+from suite.common import timetotrain
+from suite.common.results import LogError
+
+THIS_SWEEP = "this sweep"
+# A folder from an MLCommons results repository names its round; its logs follow that round's rules.
+ROUND = re.compile(r"training_results_v(\d+)\.(\d+)")
+DEFAULT_RULESET = results_folder.DEFAULT_RULESET
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One scale: where it comes from, its scored folder and its split (None when nothing converged)."""
+
+    source: str  # THIS_SWEEP, or the --compare folder it was read from
+    group: str  # scales of one group are factored against each other
+    system: str
+    folder: results_folder.ResultsFolder
+    summary: timetotrain.ScaleSummary
+    rcp: rcp.Rcp  # None for a benchmark or ruleset with no RCP table
+    problem: str = None  # why summary is None
+
+    @property
+    def benchmark(self):
+        return self.folder.benchmark
+
+    def record(self):
+        """report.json's record of this scale: every figure with its unit in its key."""
+        found = {"source": self.source, "system": self.system, "folder": self.folder.path,
+                 "benchmark": self.benchmark, "ruleset": self.folder.ruleset, "gpus": self.folder.gpus,
+                 "global_batch_size": self.folder.global_batch_size, "runs": len(self.folder.runs),
+                 "converged_runs": sum(run.converged for run in self.folder.runs),
+                 "olympic_minutes": self.folder.olympic_minutes}
+        if self.summary:
+            found.update({k: v for k, v in self.summary.as_dict().items() if k not in found})
+        if self.rcp and self.rcp.mean is not None:
+            found[f"rcp_mean_{self.rcp.unit}"] = self.rcp.mean
+        if self.problem:
+            found["problem"] = self.problem
+        return found
+
+
+def sweep_scales(data, source=THIS_SWEEP):
+    """The Scales of a loaded sweep (sweep_folder.load_sweep); a scale without logs is left out, one
+    with no converged run is kept with its problem stated."""
+    found = []
+    for scale in data.scales:
+        if not scale.runs:
+            continue
+        logs = results_dir(data.folder, data.submitter, scale.system, data.benchmark)
+        folder = _read(logs, DEFAULT_RULESET, gpus=scale.np)
+        try:
+            summary, problem = timetotrain.summarize(folder), None
+        except LogError as err:
+            summary, problem = None, str(err)
+        found.append(Scale(source, f"sweep {os.path.abspath(data.folder)}", scale.system, folder, summary,
+                           _rcp(folder, strict=False), problem))
+    return found
+
+
+def compare_scales(dirs):
+    """The Scales of every --compare folder: a results/<system>/<benchmark>/ folder of result_*.txt, or
+    an earlier sweep's folder. ReportError (one line naming the folder) for anything unusable."""
+    found = []
+    for path in dirs:
+        if os.path.isfile(os.path.join(path, MANIFEST)):
+            found += sweep_scales(load_sweep(path), source=path)
+            continue
+        folder = _read(path, ruleset_of(path))
+        if folder.gpus is None:
+            described = results_folder.system_description_path(folder.path, folder.system)
+            raise ReportError(f"{path}: no GPU count (no {described} with number_of_nodes and "
+                              f"accelerators_per_node)")
+        try:
+            summary = timetotrain.summarize(folder)
+        except LogError as err:
+            raise ReportError(f"{err} (--compare {path})") from None
+        org = os.path.dirname(os.path.dirname(os.path.dirname(folder.path)))
+        found.append(Scale(path, f"results {org}", folder.system, folder, summary, _rcp(folder, strict=True)))
+    return found
+
+
+def ruleset_of(path):
+    """The ruleset of a folder from an MLCommons results repository (training_results_vX.Y), else the
+    default."""
+    match = ROUND.search(os.path.abspath(path))
+    return f"{match.group(1)}.{match.group(2)}.0" if match else DEFAULT_RULESET
+
+
+def speedups(scales):
+    """(smaller, larger, SpeedupFactors) for each two scales of one group and benchmark next in GPUs."""
+    pairs = []
+    groups = {}
+    for scale in scales:
+        if scale.summary and scale.folder.gpus:
+            groups.setdefault((scale.group, scale.benchmark), []).append(scale)
+    for members in groups.values():
+        members.sort(key=lambda s: (s.folder.gpus, s.folder.global_batch_size))
+        for small, large in zip(members, members[1:]):
+            pairs.append((small, large, timetotrain.factor_speedup(small.summary, large.summary)))
+    return pairs
+
+
+def speedup_record(small, large, factors):
+    return {"benchmark": small.benchmark, "group": small.group,
+            "from": {"source": small.source, "system": small.system, "gpus": small.folder.gpus,
+                     "global_batch_size": small.folder.global_batch_size},
+            "to": {"source": large.source, "system": large.system, "gpus": large.folder.gpus,
+                   "global_batch_size": large.folder.global_batch_size},
+            **factors.as_dict(),
+            "factors_product": (factors.throughput_speedup * factors.convergence_ratio
+                                * factors.evaluation_and_overhead_ratio)}
+
+
+def _read(path, ruleset, gpus=None):
+    try:
+        return results_folder.read_folder(path, ruleset=ruleset, gpus=gpus)
+    except LogError as err:
+        raise ReportError(str(err)) from None
+
+
+def _rcp(folder, strict):
+    """The RCP at the folder's global batch; with strict, ReportError when none covers it."""
+    try:
+        found = rcp.lookup(folder.benchmark, folder.ruleset, folder.global_batch_size)
+    except ValueError as err:
+        if strict:
+            raise ReportError(f"{folder.path}: {err}") from None
+        return None
+    if strict and not found.covered:
+        raise ReportError(f"{folder.path}: ruleset {folder.ruleset}: {found.note}")
+    return found

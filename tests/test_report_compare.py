@@ -1,0 +1,136 @@
+"""python -m suite.cluster.report --compare: published folders beside a sweep, or alone; report.json."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from made_logs import run_lines, write_folder
+from published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
+from suite.cluster import rcp, report
+from suite.common import timetotrain
+from suite.cluster.results_folder import read_folder
+from test_report import make_sweep, one_line_error, report_cli, snapshot, table_with
+from test_results_folder import summarizer_arithmetic
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """The report of the four kept published folders alone, through the command line."""
+    out = str(tmp_path_factory.mktemp("compared") / "out")
+    result = report_cli("--compare", *(folder for folder, _, _ in FOLDERS), "--out", out)
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(out, "report.json")) as handle:
+        record = json.load(handle)
+    with open(os.path.join(out, "report.md")) as handle:
+        return out, record, handle.read()
+
+
+def test_report_json_scores_every_folder_as_result_summarizer(compared):
+    _, record, _ = compared
+    scales = {os.path.normpath(s["source"]): s for s in record["scales"]}
+    assert len(scales) == len(FOLDERS)
+    for folder, ruleset, gpus in FOLDERS:
+        scale = scales[os.path.normpath(folder)]
+        assert scale["olympic_minutes"] == pytest.approx(summarizer_arithmetic(folder, ruleset), rel=1e-12)
+        assert (scale["gpus"], scale["ruleset"]) == (gpus, ruleset)
+        assert scale["runs"] == len(os.listdir(folder)) and scale["converged_runs"] == scale["runs"]
+        parts = scale["training_minutes"] + scale["evaluation_minutes"] + scale["other_minutes"]
+        assert parts == pytest.approx(scale["time_to_train_minutes"])
+        assert scale["global_batch_size"] == read_folder(folder, ruleset).runs[0].global_batch_size
+    dell = scales[os.path.normpath(DELL_32[0])]
+    # The RCP checker's own mean at 13,056 (olympic mean of the reference runs' epochs): 45.5.
+    assert dell["median_target_epochs"] == 45
+    assert dell["rcp_mean_epochs"] == rcp.lookup("resnet", "1.1.0", 13056).mean == pytest.approx(45.5)
+
+
+def test_report_json_factors_each_pair_and_they_multiply_to_the_measured_ratio(compared):
+    _, record, _ = compared
+    pairs = {(p["from"]["gpus"], p["to"]["gpus"]): p for p in record["speedups"]}
+    assert set(pairs) == {(DELL_8[2], DELL_32[2]), (BERT_8[2], BERT_64[2])}
+    for small, large in ((DELL_8, DELL_32), (BERT_8, BERT_64)):
+        pair = pairs[(small[2], large[2])]
+        a, b = (read_folder(f, r).olympic_minutes for f, r, _ in (small, large))
+        mean_a, mean_b = (timetotrain.summarize(read_folder(f, r)).minutes for f, r, _ in (small, large))
+        assert mean_a == pytest.approx(a) and mean_b == pytest.approx(b)
+        assert pair["measured_speedup"] == pytest.approx(a / b)
+        assert pair["factors_product"] == pytest.approx(pair["measured_speedup"], rel=1e-12)
+    # The Dell pair: throughput almost linear, the larger batch's extra epochs cost the rest.
+    dell = pairs[(8, 32)]
+    assert dell["throughput_speedup"] > 3.8 and dell["convergence_ratio"] == pytest.approx(35 / 45, rel=0.01)
+
+
+def test_compare_alone_has_the_table_and_one_plot_per_benchmark(compared):
+    out, _, markdown = compared
+    rows = table_with(markdown, "olympic mean (min)")
+    assert sorted(row["GPUs (processes)"] for row in rows) == ["32", "64", "8", "8"]
+    assert {row["benchmark"] for row in rows} == {"resnet", "bert"}
+    assert len(table_with(markdown, "throughput ×")) == 2
+    for benchmark in ("resnet", "bert"):
+        assert f"(time_to_train_split_{benchmark}.png)" in markdown
+        assert os.path.getsize(os.path.join(out, f"time_to_train_split_{benchmark}.png")) > 1000
+    html = open(os.path.join(out, "report.html")).read()
+    assert html.count("data:image/png;base64,") == 2
+
+
+def test_compare_beside_a_sweep(tmp_path):
+    folder = make_sweep(str(tmp_path / "sweep"))
+    assert report.main([folder, "--compare", DELL_8[0]]) == 0
+    with open(os.path.join(folder, "report", "report.json")) as handle:
+        record = json.load(handle)
+    sources = [scale["source"] for scale in record["scales"]]
+    assert sources.count("this sweep") == 2 and sources[-1] == DELL_8[0]
+    markdown = open(os.path.join(folder, "report", "report.md")).read()
+    rows = table_with(markdown, "olympic mean (min)")
+    assert [row["GPUs (processes)"] for row in rows] == ["1", "2", "8"]
+    # The sweep's own time-to-train table is still there, and its scales are factored against each other.
+    assert table_with(markdown, "olympic mean (min, MLPerf: non-converged = ∞)")
+    assert [(p["from"]["gpus"], p["to"]["gpus"]) for p in record["speedups"]] == [(1, 2)]
+
+
+def bad_published(tmp_path, case):
+    if case == "not a results folder":
+        os.makedirs(tmp_path / "empty")
+        return str(tmp_path / "empty"), ["empty", "not an MLPerf results folder"]
+    if case == "unparsable log":
+        folder = str(tmp_path / "Dell" / "results" / "sys" / "resnet")
+        shutil.copytree(DELL_8[0], folder)
+        path = os.path.join(folder, "result_2.txt")
+        text = open(path).read().replace('"key": "run_start"', '"key": run_start', 1)
+        open(path, "w").write(text)
+        return folder, ["result_2.txt"]
+    if case == "no converged run":
+        folder = write_folder(str(tmp_path), [run_lines(status="aborted")] * 5)
+        return folder, [folder, "no converged run"]
+    folder = write_folder(str(tmp_path), [run_lines(batch=200_000)] * 5)
+    return folder, [folder, "no RCP covers global batch 200000"]
+
+
+def in_process(capsys, *args):
+    """report.main in this interpreter (no start-up to pay), as a CompletedProcess for one_line_error."""
+    code = report.main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
+@pytest.mark.parametrize("case", ["not a results folder", "unparsable log", "no converged run", "no RCP"])
+def test_bad_compare_folder_is_one_line_and_nothing_is_written(case, tmp_path, capsys):
+    folder, culprits = bad_published(tmp_path, case)
+    out = tmp_path / "out"
+    one_line_error(in_process(capsys, "--compare", DELL_32[0], folder, "--out", str(out)), *culprits)
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".out")]
+
+
+def test_a_bad_compare_folder_leaves_the_sweeps_report_alone(tmp_path):
+    folder, culprits = bad_published(tmp_path, "no converged run")
+    sweep = make_sweep(str(tmp_path / "sweep"))
+    assert report.main([sweep]) == 0
+    before = snapshot(os.path.join(sweep, "report"))
+    one_line_error(report_cli(sweep, "--compare", folder), *culprits)
+    assert snapshot(os.path.join(sweep, "report")) == before
+
+
+def test_compare_without_out_or_sweep_is_refused(capsys):
+    one_line_error(in_process(capsys, "--compare", DELL_8[0]), "--out")
+    one_line_error(in_process(capsys), "SWEEP")
