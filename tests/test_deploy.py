@@ -99,6 +99,14 @@ CASES = {
                                        "--bare-metal", "--ntasks-per-node", "2", "--suite-dir",
                                        "/shared/mlperf-hvd-suite", "--python",
                                        "/shared/mlperf-hvd-suite/.venv/bin/python"],
+    # The sweep over 1 and 2 nodes inside one 2-node allocation, then its report.
+    "slurm-2n-bare-metal-sweep.sbatch": ["slurm", *without(job(2, *SLURM_PATHS, preset="tiny_cpu",
+                                                               profile=["--profile", "local-cpu"]),
+                                                           "--image"),
+                                         "--bare-metal", "--ntasks-per-node", "2", "--suite-dir",
+                                         "/shared/mlperf-hvd-suite", "--python",
+                                         "/shared/mlperf-hvd-suite/.venv/bin/python", "--sweep", "1,2",
+                                         "--runs", "1"],
     # BM.GPU4.8 on OKE: a launcher pinned to the workers' shape (names then match, no subnet needed),
     # a private registry, bounded workers, no NUMA binding.
     "mpijob-2n-gpu4.yaml": ["k8s", *job(2, *K8S_PATHS, profile=["--profile", "oci-bm-gpu4-8",
@@ -306,6 +314,47 @@ def test_bare_metal_cpu_script_for_a_slurm_without_pyxis_or_gpus(tmp_path):
     # By default the suite and interpreter this renderer runs from.
     default = render(without(CASES["slurm-2n-bare-metal-cpu.sbatch"], "--suite-dir", "--python"))
     assert f"readonly SUITE_DIR={REPO}\n" in default and f"readonly PYTHON={sys.executable}\n" in default
+
+
+def test_a_sweep_script_runs_each_scale_as_an_srun_step_then_the_report():
+    text = render(CASES["slurm-2n-bare-metal-sweep.sbatch"])
+    assert sbatch_directives(text)["nodes"] == "2"
+    main = text.split("NODE_CHECK_END\n)", 1)[1]
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/\\$/ slots=2/" > "$HOSTFILE"' in main
+    sweep = main[main.index('"$PYTHON" -m suite.cluster.sweep'):].replace("\\\n", " ")
+    # Process counts on the hostfile: 1 and 2 nodes of 2 tasks each.
+    assert '--launcher srun --launcher-args="--mpi=$MPI"' in sweep and "--scales 2,4 " in sweep
+    assert '--out "$RUN_DIR"' in sweep and "--runs 1 " in sweep
+    assert main.rstrip().endswith('"$PYTHON" -m suite.cluster.report "$RUN_DIR"')
+    assert '\nsrun --mpi="$MPI"' not in main  # the sweep's launches are the steps
+
+
+@pytest.mark.parametrize("flags,said", [
+    (["--sweep", "1,4"], "--sweep 1,4: 4 nodes is more than the allocation's --nodes 2; render with --nodes "
+                         "4 or drop 4 from --sweep"),
+    (["--sweep", "2,1"], "--sweep 2,1: expected increasing node counts such as 1,2"),
+    (["--sweep", "1,x"], "--sweep 1,x: expected increasing node counts such as 1,2"),
+    (["--sweep", "1,2", "--system-info", "/nonexistent.yaml"],
+     "--system-info /nonexistent.yaml: no such file"),
+])
+def test_a_sweep_the_allocation_cannot_hold_is_refused_in_one_line(flags, said):
+    argv = without(CASES["slurm-2n-bare-metal-sweep.sbatch"], "--sweep")
+    assert_one_line_error(deploy_cli(*argv, *flags), said)
+
+
+def test_a_sweep_needs_bare_metal():
+    assert_one_line_error(deploy_cli(*CASES["slurm-2n.sbatch"], "--sweep", "1,2"),
+                          "--sweep runs suite.cluster.sweep from the shared file system: add --bare-metal")
+
+
+def test_more_nodes_than_the_partition_has_are_refused_where_sinfo_tells(tmp_path):
+    tools = cluster_tools(tmp_path, sinfo="gpu* 1\ngpu 1\nbig 8\n")
+    argv = without(CASES["slurm-4n.sbatch"], "--partition", "--account")
+    assert_one_line_error(deploy_cli(*argv, SUITE_CLUSTER_TOOLS=tools),
+                          "--nodes 4: partition gpu has 2 node(s) (sinfo); render with --nodes 2 or fewer, "
+                          "or --partition big")
+    ok = deploy_cli(*argv, "--partition", "big", SUITE_CLUSTER_TOOLS=tools)
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_tuning_flags_and_model_args_reach_the_job():

@@ -189,7 +189,9 @@ def test_scancel_ends_every_task_with_the_log_closed_and_the_signal_named(slurm,
     cancelled = slurm.client(["scancel", job.id], timeout=30)
     assert cancelled.returncode == 0, cancelled.stderr
     last = assert_all_ended(slurm, job, run_dir, since, "CANCELLED")
-    assert last["metadata"]["reason"].startswith("stopped by SIGTERM from the launcher"), last
+    # Slurm ended it, not a rank: the reason must not send the user looking for a failed one.
+    assert last["metadata"]["reason"] == ("stopped by SIGTERM from Slurm (scancel, the time limit or a "
+                                          "preemption; no rank had reported a failure)"), last
     wait_for(lambda: "rank 0: stopped by SIGTERM (run_stop aborted written)" in job.text(), 10,
              "rank 0's line in the job's output")
 

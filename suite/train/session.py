@@ -373,12 +373,23 @@ def _on_signal(state, signum):
     # A launcher stops every rank once one has died; the rank watch has usually heard of it first.
     # No waiting for it: the launcher's SIGKILL follows (Open MPI: timeouts.kill_grace_seconds).
     cause = watch.cause() if watch else None
-    why = f"after {cause.describe()}" if cause else "(another rank may have failed: see its error)"
-    _close_log(state, f"stopped by {name} from the launcher {why}")
+    _close_log(state, f"stopped by {name} {_signal_source(world, cause)}")
     if watch:
         watch.done()  # every rank has the signal too
     closed = " (run_stop aborted written)" if state.started else ""
     _write(sys.stderr, f"rank {world.rank if world else 0}: stopped by {name}{closed}")
+
+
+def _signal_source(world, cause):
+    """Where a signal that ends the job came from, and why, as far as this rank can tell."""
+    if cause:
+        who = "Slurm" if world is not None and world.launcher == "srun" else "the launcher"
+        return f"from {who} after {cause.describe()}"
+    if world is not None and world.launcher == "srun":
+        # slurmstepd signals every task at once when the job is cancelled, reaches its time limit or is
+        # preempted; a rank that had failed would have told the rank watch first.
+        return "from Slurm (scancel, the time limit or a preemption; no rank had reported a failure)"
+    return "from the launcher (another rank may have failed: see its error)"
 
 
 def _is_unexpected(job, err):

@@ -127,6 +127,14 @@ def _slurm_flags():
     group.add_argument("--ntasks-per-node", type=int, metavar="N",
                        help="processes per node; required with a CPU profile (a GPU profile runs one per "
                             "GPU)")
+    sweep = flags.add_argument_group("a sweep inside one allocation (with --bare-metal)")
+    sweep.add_argument("--sweep", metavar="N,...",
+                       help="node counts, each at most --nodes: the job runs python -m suite.cluster.sweep "
+                            "--launcher srun over them (one srun step a scale), then the report")
+    sweep.add_argument("--runs", type=int, metavar="N", help="--sweep: runs per scale (default: the "
+                       "sweep's, what MLPerf requires)")
+    sweep.add_argument("--system-info", metavar="FILE",
+                       help="--sweep: the nodes' description for the submission (the sweep's --system-info)")
     bare = flags.add_argument_group("Slurm without a container")
     bare.add_argument("--bare-metal", action="store_true",
                       help="no Pyxis container: srun runs the suite from the shared file system with its "

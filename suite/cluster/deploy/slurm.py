@@ -5,7 +5,7 @@ import shlex
 import sys
 import textwrap
 
-from suite.cluster.deploy import nodecheck
+from suite.cluster.deploy import nodecheck, slurmsweep
 from suite.cluster.deploy.job import (DATA_MOUNT, REPO, RESULTS_MOUNT, SUITE_DIR, DeployError, ask,
                                       check_flag, fill, header, shell_word)
 
@@ -38,8 +38,11 @@ def render(job, args):
     if job.profile.mpi_args:
         job.notes.append("the profile's mpi_args do not apply under srun")
     bare_metal = args.bare_metal
+    if args.sweep:
+        slurmsweep.check(job, args)
     mpi, mpi_reason = choose_mpi(args.mpi, bare_metal)
     extra = [f"#SBATCH --{key}={value}" for key, value in cluster_names(args)]
+    check_partition_size(job.nodes, args.partition)
     numa = numa_binding(job, args)
     values = {
         "header": header(job, "Slurm batch script" + (" (bare metal)" if bare_metal else "")),
@@ -61,6 +64,8 @@ def render(job, args):
                             '--data-dir "$DATA_DIR" --run-dir "$RUN_DIR"', shlex.join(job.model_args)])
         values.update(where=where, env_note=comment(profile_line),
                       launch=_lines(['--chdir="$SUITE_DIR"', command.rstrip()]))
+        if args.sweep:
+            values["main_step"] = slurmsweep.render_step(job, args, numa)
     else:
         suite_dir = python = ""
         launch = ['--container-image="$IMAGE"']
@@ -77,8 +82,10 @@ def render(job, args):
                   node_checks=comment(f"Step 2, one task on every node: what the main step needs of each "
                                       f"node ({looked_at}), in seconds; the first problem stops the job "
                                       f"with one line naming the node and the fix."),
-                  layout=comment(f"Step 3, the job: {_layout(job)} "
+                  layout=comment(f"Step 3, the {'sweep' if args.sweep else 'job'}: {_layout(job)} "
                                  f"{NUMA_REASON if numa else NO_NUMA_REASON[bool(job.gpus)]}"))
+    values.setdefault("main_step", f'srun --mpi="$MPI" --ntasks-per-node={job.tasks} '
+                                   f'--cpu-bind={values["cpu_bind"]} --export=ALL \\\n{values["launch"]}')
     return fill("slurm.sbatch", values)
 
 
@@ -162,6 +169,35 @@ def partitions():
     return _query(["sinfo", "--noheader", "--format=%R"])
 
 
+def check_partition_size(nodes, partition):
+    """Refuses more nodes than the partition has where sinfo tells: Slurm would queue the job for ever
+    (EnforcePartLimits=NO, its default) and say why only in `scontrol show job`."""
+    sizes, default = partition_sizes()
+    name = partition or default
+    size = sizes.get(name)
+    if size is None or nodes <= size:
+        return
+    larger = sorted(other for other, count in sizes.items() if count >= nodes)
+    instead = f", or --partition {' or '.join(larger)}" if larger else ""
+    raise DeployError(f"--nodes {nodes}: partition {name} has {size} node(s) (sinfo); render with "
+                      f"--nodes {size} or fewer{instead}")
+
+
+def partition_sizes():
+    """({partition: node count}, the default partition) as sinfo tells; ({}, None) where it cannot."""
+    sizes, default = {}, None
+    for line in (ask(["sinfo", "--noheader", "--format=%P %D"]) or "").splitlines():
+        fields = line.split()
+        if len(fields) != 2 or not fields[1].isdigit():
+            continue
+        name = fields[0].rstrip("*")
+        if fields[0].endswith("*"):
+            default = name
+        # sinfo prints a line for each state the partition's nodes are in.
+        sizes[name] = sizes.get(name, 0) + int(fields[1])
+    return sizes, default
+
+
 def accounts():
     """The accounts sacctmgr lists for this user; None where it cannot tell (no accounting, no answer)."""
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
@@ -170,7 +206,7 @@ def accounts():
 
 
 def _query(argv):
-    names = {line.strip().rstrip("|") for line in (ask(argv) or "").splitlines() if line.strip()}
+    names = {line.split()[0].rstrip("|*") for line in (ask(argv) or "").splitlines() if line.strip()}
     return names or None
 
 
