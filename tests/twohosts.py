@@ -248,6 +248,13 @@ class BridgedHosts(TwoHosts):
     def _remove_switch(self):
         _sh("ip", "netns", "del", self.switch, check=False)
 
-    def switch_port(self, name):
-        """`ip -n <switch> ...` arguments' namespace and the port of host `name`."""
-        return self.switch, self.ports[name]
+    def shape(self, name, mbit):
+        """Host `name`'s cable at `mbit` Mbit/s both ways: a token bucket on its end (what it sends)
+        and on the switch's port (what reaches it), as a degraded link or a slow NIC would be."""
+        for ns, device in ((self.namespaces[name], LINK), (self.switch, self.ports[name])):
+            _sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", device, "root", "tbf", "rate",
+                f"{mbit:.3f}mbit", "burst", "32kb", "latency", "400ms")
+
+    def unshape(self, name):
+        for ns, device in ((self.namespaces[name], LINK), (self.switch, self.ports[name])):
+            _sh("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", device, "root", check=False)
