@@ -120,3 +120,41 @@ def built(tmp_path_factory):
 # Tiny training settings: 2 steps per epoch at batch 32, one epoch, evaluation at its end.
 TINY = ["--preset", "tiny_cpu", "--set", "image_size=32", "--set", "epochs=1", "--set", "eval_offset=1",
         "--set", "epochs_between_evals=1", "--set", "log_every=1", "--set", "warmup_epochs=0.5"]
+
+
+# ---- the four-host cluster ------------------------------------------------------------------------
+
+# The shipped hostfile of the headline command, and what its dry run asks a user to put for REPLACE-ME.
+FOUR_NODE_HOSTFILE = os.path.join(REPO, "hostfiles", "4node")
+CLUSTER_DOMAIN = "cluster.test"
+
+
+def filled_hostfile(folder, slots=None):
+    """A copy of hostfiles/4node with its placeholder replaced, as the dry run says; optionally with
+    every host's slots=8 set to `slots` (the 8-rank copy)."""
+    from suite.common.profiles import PLACEHOLDER
+    with open(FOUR_NODE_HOSTFILE) as handle:
+        text = handle.read().replace(PLACEHOLDER, CLUSTER_DOMAIN)
+    if slots is not None:
+        text = text.replace("slots=8", f"slots={slots}")
+    path = os.path.join(str(folder), "4node" if slots is None else f"4node-{slots}slots")
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
+@pytest.fixture(scope="session")
+def four_hosts(tmp_path_factory):
+    """Four namespace hosts on one bridge, named as the filled hostfiles/4node names them; built once
+    per session for every test that asks, torn down at its end (also after a failure)."""
+    from suite.cluster import hostfile
+    from twohosts import BridgedHosts, ClusterUnavailable
+    folder = tmp_path_factory.mktemp("fourhosts")
+    names = [host.name for host in hostfile.parse(filled_hostfile(folder))]
+    try:
+        with BridgedHosts(folder, names, prefix="mlq") as cluster:
+            yield cluster
+    except ClusterUnavailable as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"the four-host cluster is required in CI: {err}")
+        pytest.skip(f"no four-host cluster on this machine: {err}")

@@ -84,3 +84,13 @@ def _not_noise(output):
     """A failed start's output without TensorFlow's CUDA start-up lines, which bury the error."""
     noise = ("cuda", "absl::InitializeLog", "oneDNN", "TF_ENABLE_ONEDNN_OPTS", "cpu_feature_guard")
     return "\n".join(line for line in output.splitlines() if not any(word in line for word in noise))
+
+
+def assert_killed_rank_named(code, last, output, rank, host):
+    """A job ended by a killed rank: non-zero, and rank 0 names the rank and its host, in the log's
+    run_stop and in its one error line."""
+    assert code != 0, output[-3000:]
+    named = f"rank {rank} on host {host} ended without a word (killed, or crashed)"
+    assert last["metadata"]["reason"] == named, last
+    errors = [line for line in output.splitlines() if "error (rank 0)" in line]
+    assert len(errors) == 1 and named in errors[0], output[-3000:]

@@ -10,7 +10,8 @@ root's, whose config gives the port, the key and no host-key bookkeeping, so hor
 no SSH flags and the machine's own ~/.ssh is never touched. The file system, the repository and the
 virtual environment are shared, as on a cluster with a shared home. Traffic stays on the veth link
 between the two namespaces and on their loopbacks: the subnet is checked to be unused on the machine.
-Everything is torn down on exit, also when the body fails.
+Everything is torn down on exit, also when the body fails. BridgedHosts is the same for N hosts on
+one bridge, which lives in a namespace of its own (the switch).
 """
 import ipaddress
 import os
@@ -99,12 +100,9 @@ class TwoHosts:
         self.close()  # leftovers of an interrupted earlier run
         for name in self.names:
             _sh("ip", "netns", "add", self.namespaces[name])
-        first, second = self.names
-        _sh("ip", "link", "add", self.links[first], "type", "veth", "peer", "name", self.links[second])
+        self._wire()
         for name in self.names:
-            ns, link = self.namespaces[name], self.links[name]
-            _sh("ip", "link", "set", link, "netns", ns)
-            _sh("ip", "-n", ns, "link", "set", link, "name", LINK)
+            ns = self.namespaces[name]
             _sh("ip", "-n", ns, "addr", "add", f"{self.addresses[name]}/{subnet.prefixlen}", "dev", LINK)
             _sh("ip", "-n", ns, "link", "set", LINK, "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
@@ -113,6 +111,15 @@ class TwoHosts:
             with open(os.path.join(etc, "hosts"), "w") as handle:
                 handle.write("127.0.0.1 localhost\n")
                 handle.writelines(f"{address} {host}\n" for host, address in self.addresses.items())
+
+    def _wire(self):
+        """One veth pair, an end in each host, named LINK there."""
+        first, second = self.names
+        _sh("ip", "link", "add", self.links[first], "type", "veth", "peer", "name", self.links[second])
+        for name in self.names:
+            ns, link = self.namespaces[name], self.links[name]
+            _sh("ip", "link", "set", link, "netns", ns)
+            _sh("ip", "-n", ns, "link", "set", link, "name", LINK)
 
     def _make_keys(self):
         shutil.rmtree(self.ssh_dir, ignore_errors=True)
@@ -144,15 +151,16 @@ class TwoHosts:
 
     def _wait_for_ssh(self, seconds=20):
         deadline = time.monotonic() + seconds
-        first, second = self.names
-        while True:
-            result = self.run(first, [*self.ssh_command(second), "hostname"], check=False, timeout=10)
-            if result.returncode == 0 and result.stdout.strip() == second:
-                return
-            if time.monotonic() > deadline:
-                raise ClusterUnavailable(f"ssh from {first} to {second} did not come up: "
-                                         f"{(result.stderr or result.stdout).strip()[-300:]}")
-            time.sleep(0.3)
+        first = self.names[0]
+        for other in self.names[1:]:
+            while True:
+                result = self.run(first, [*self.ssh_command(other), "hostname"], check=False, timeout=10)
+                if result.returncode == 0 and result.stdout.strip() == other:
+                    break
+                if time.monotonic() > deadline:
+                    raise ClusterUnavailable(f"ssh from {first} to {other} did not come up: "
+                                             f"{(result.stderr or result.stdout).strip()[-300:]}")
+                time.sleep(0.3)
 
     def close(self):
         for server in self._servers:
@@ -173,6 +181,11 @@ class TwoHosts:
                     pass
             _sh("ip", "netns", "del", ns, check=False)
             shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+
+        self._remove_switch()
+
+    def _remove_switch(self):
+        """Two hosts have no switch; the bridged cluster removes its own."""
 
     # ---- using the hosts ----
 
@@ -204,3 +217,44 @@ class TwoHosts:
         read = ["cat", f"{base}/tx_bytes", f"{base}/rx_bytes"]
         out = _sh("ip", "netns", "exec", self.namespaces[name], *read).stdout.split()
         return int(out[0]), int(out[1])
+
+
+class BridgedHosts(TwoHosts):
+    """N hosts on one switch: a bridge in a namespace of its own, a veth from each host to a port.
+
+    The bridge and its ports live outside the machine's own network namespace, so nothing on the
+    machine's interfaces changes; each host sees only LINK (its end of the cable) and its loopback.
+    `switch_port(name)` is the bridge's end of a host's cable, where a test shapes what reaches it.
+    """
+
+    def __init__(self, workdir, names, prefix="mlb"):
+        super().__init__(workdir, prefix=prefix, names=tuple(names))
+        # Namespace names stay short and unique: <prefix>-<index>; the host names are the hostfile's.
+        self.namespaces = {name: f"{prefix}-{index}" for index, name in enumerate(self.names, start=1)}
+        self.switch = f"{prefix}-switch"
+        self.ports = {name: f"port{index}" for index, name in enumerate(self.names, start=1)}
+
+    def _wire(self):
+        _sh("ip", "netns", "add", self.switch)
+        _sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _sh("ip", "-n", self.switch, "link", "set", "br0", "up")
+        for name in self.names:
+            port = self.ports[name]
+            _sh("ip", "-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", LINK,
+                "netns", self.namespaces[name])
+            _sh("ip", "-n", self.switch, "link", "set", port, "master", "br0")
+            _sh("ip", "-n", self.switch, "link", "set", port, "up")
+
+    def _remove_switch(self):
+        _sh("ip", "netns", "del", self.switch, check=False)
+
+    def shape(self, name, mbit):
+        """Host `name`'s cable at `mbit` Mbit/s both ways: a token bucket on its end (what it sends)
+        and on the switch's port (what reaches it), as a degraded link or a slow NIC would be."""
+        for ns, device in ((self.namespaces[name], LINK), (self.switch, self.ports[name])):
+            _sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", device, "root", "tbf", "rate",
+                f"{mbit:.3f}mbit", "burst", "32kb", "latency", "400ms")
+
+    def unshape(self, name):
+        for ns, device in ((self.namespaces[name], LINK), (self.switch, self.ports[name])):
+            _sh("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", device, "root", check=False)

@@ -2,6 +2,7 @@
 import argparse
 import contextlib
 import dataclasses
+import ipaddress
 import os
 import re
 import shlex
@@ -12,9 +13,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from suite.cluster import hostfile, preflight, slurmcheck
+from suite.cluster import hostfile, linkprobe, preflight, slurmcheck
 from suite.cluster.hostfile import Host, HostfileError
-from suite.common import modelargs, profiles, runfiles
+from suite.common import linkverdict, modelargs, profiles, runfiles
 from suite.common.config import ConfigError
 from suite.common.profiles import ProfileError
 
@@ -113,6 +114,11 @@ def build_parser():
     where.add_argument("--check-hosts", action="store_true",
                        help="only check the hosts (SSH, same Python and suite, distinct names that resolve "
                             "to link addresses, slots against GPUs), print what each said, and exit")
+    where.add_argument("--require-links", action="store_true",
+                       help="stop before the launch (exit 2) when the link probe names a host whose link "
+                            "is slow (below 80%% of the profile's expected_link_gbits, or half its peers' "
+                            "median without it) or that it cannot reach; without it such a host is warned "
+                            "about")
     where.add_argument("--network-interface", metavar="NAME",
                        help="the nodes' front-end interface (overrides the profile's network_interface): "
                             "horovodrun --network-interfaces, NCCL_SOCKET_IFNAME, Gloo's and Open MPI's "
@@ -182,6 +188,10 @@ def plan_launch(args, model, placeholders=None):
     else:
         profile, env = _marked_profile(profile, env, placeholders)
     env.update(tuning_env(profile.horovod, args))
+    if any(_is_qualified(host.name) for host in used):
+        # Open MPI cuts gpu-node-01.cluster.test to gpu-node-01 and starts its daemon there over ssh,
+        # which fails where only the hostfile's names resolve; keep the names as written.
+        env.setdefault(FQDN_VARIABLE, "1")
     if not args.check_hosts:
         # What every rank would refuse at start-up, refused before any node is allocated (--check-hosts
         # starts no model).
@@ -193,6 +203,17 @@ def plan_launch(args, model, placeholders=None):
     builders = {"horovodrun": _horovodrun, "mpirun": _mpirun, "srun": _srun}
     plan.command = builders[args.launcher](plan, args, worker)
     return plan
+
+
+FQDN_VARIABLE = "OMPI_MCA_orte_keep_fqdn_hostnames"
+
+
+def _is_qualified(name):
+    try:
+        ipaddress.ip_address(name)
+        return False
+    except ValueError:
+        return "." in name
 
 
 def _hosts(args, profile):
@@ -522,6 +543,30 @@ def check_hosts(plan, args, verbose):
         print("error: host check failed; fix the hosts above (or --skip-host-check to launch anyway)",
               file=sys.stderr)
         return 2
+    return check_links(plan, args, verbose) if len(plan.hosts) > 1 else 0
+
+
+def check_links(plan, args, verbose):
+    """The link probe of every host against its ring neighbours; a named host warns, or stops the launch
+    with --require-links. The verdict goes to the ranks, which keep it in env.json."""
+    names = [host.name for host in plan.hosts]
+    directory = os.getcwd()
+    answers, failures = linkprobe.probe_hosts(
+        names, lambda host, argv: preflight.start_on(host, argv, directory), python=args.python)
+    expected = plan.profile.expected_link_gbits if plan.profile is not None else None
+    links, lines = linkprobe.verdict(names, answers, expected, failures)
+    if verbose:
+        for name, figures in links["hosts"].items():
+            print(f"link {name}: " + ", ".join(
+                f"{what} {figures[key]:.3g} Gbit/s" if figures[key] is not None else f"{what} not measured"
+                for what, key in (("sends", "send_gbits"), ("receives", "receive_gbits"))))
+    if lines and args.require_links:
+        for line in lines:
+            print(f"error: --require-links: {line}", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(f"warning: link probe: {line}", file=sys.stderr)
+    plan.env[linkverdict.VARIABLE] = linkverdict.to_environment(links)
     return 0
 
 

@@ -86,6 +86,14 @@ def probe(host, python, directory, ssh=("ssh",), timeout=60):
     return HostReport(host, None, said)
 
 
+def start_on(host, argv, directory):
+    """argv started on `host` from `directory` (directly for a loopback name, else over SSH), as a Popen."""
+    command = f"cd {shlex.quote(directory)} && {shlex.join(argv)}"
+    full = ["sh", "-c", command] if host in LOCAL_NAMES else ["ssh", *SSH_OPTIONS, host, command]
+    return subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
 def problems(reports, here, profile=None, slots=None):
     """One line per problem, each naming the host and the fix; `here` is this host's own report."""
     lines = []

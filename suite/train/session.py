@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
-from suite.common import timetotrain
+from suite.common import linkverdict, timetotrain
 from suite.common.config import to_dict
 from suite.common.profiles import Timeouts
 from suite.common.workload import Division
@@ -249,6 +249,7 @@ def _check_network(world, ranks, nccl_log, options):
     transports = dist.allgather_object(mine, "nccl_transport")
     library = "nccl" if nccl_log else world.controller
     record, warnings = network.assess(transports, row, options.profile, nodes, library)
+    record["links"] = linkverdict.from_environment(os.environ)  # the launcher's per-host link probe
     for line in warnings:
         _warn(world, f"warning: {line}")
     if options.require_rdma:

@@ -34,6 +34,7 @@ TOP_KEYS = {
     "mpi_args": (list, False),
     "horovod": (dict, False),
     "expected_busbw_gbps": (dict, False),
+    "expected_link_gbits": ((int, float), False),
     "timeouts": (dict, False),
 }
 HOROVOD_KEYS = {
@@ -126,6 +127,9 @@ class Profile:
     horovod: Horovod = Horovod()
     # Bus bandwidth in GB/s (bytes, as nccl-tests report it) by node count.
     expected_busbw_gbps: dict = field(default_factory=dict)
+    # One node's link to the others in Gbit/s (as a NIC is sold), for the per-host link probe; None:
+    # a host is compared with its peers instead.
+    expected_link_gbits: float | None = None
     timeouts: Timeouts = Timeouts()
 
     def placeholders(self):
@@ -163,7 +167,8 @@ def _load_file(path, expect_name):
         env=_with_timeouts(path, env, timeouts), timeouts=timeouts,
         mpi_args=_mpi_args(path, data.get("mpi_args") or []),
         horovod=_horovod(path, data.get("horovod") or {}),
-        expected_busbw_gbps=_busbw(path, data.get("expected_busbw_gbps") or {}))
+        expected_busbw_gbps=_busbw(path, data.get("expected_busbw_gbps") or {}),
+        expected_link_gbits=_positive(path, "expected_link_gbits", data.get("expected_link_gbits")))
     if expect_name and profile.name != expect_name:
         # `--profile NAME` finds the file by its name, so the two must agree.
         raise ProfileError(f"profile {path}: name {profile.name!r} differs from the file name "
@@ -326,6 +331,14 @@ def _with_timeouts(path, env, timeouts):
         if key in env:
             raise ProfileError(f"profile {path}: env.{key} is set by the timeouts section; set it there")
     return {**env, **derived}
+
+
+def _positive(path, key, value):
+    if value is None:
+        return None
+    if value <= 0:
+        raise ProfileError(f"profile {path}: {key} must be a positive number, not {value}")
+    return float(value)
 
 
 def _busbw(path, table):

@@ -1,0 +1,228 @@
+"""Which host's link is slow: every host against its two ring neighbours, over TCP, in two rounds.
+
+The job-wide allreduce probe says how fast the job's network is; one slow link lowers it and it cannot
+say where. Here each host runs an agent (over SSH, started at once on all hosts): in round 0 every
+host sends to the next host of the ring for a fixed time while receiving from the previous one; in
+round 1 the other way round. Why the ring and not every pair: the rounds run all hosts at once, so
+the probe costs two rounds whatever the number of hosts (pairs in rounds cost N-1 of them), yet each
+host's sending and receiving are measured against two different peers. A host is named only when
+both of its peers see it slow in that direction, so a slow host does not drag its neighbours in;
+with two hosts the two peers are one, and a slow direction names the host that sent (or received) it.
+
+A host's rate is the receiver's count of bytes over the time they took (what the sender's kernel
+buffered but never delivered does not count). It is named when its slower direction is below
+WARN_BELOW of the profile's expected_link_gbits, or, without that figure, below PEER_FRACTION of the
+median of its peers. A host whose agent does not answer (unreachable, a hung probe) is named too,
+within connect_seconds + 2 rounds + a margin.
+"""
+import argparse
+import json
+import socket
+import statistics
+import sys
+import threading
+import time
+
+from suite.common.busbw import WARN_BELOW
+
+# Without a figure in the profile a host is slow below this share of its peers' median rate.
+PEER_FRACTION = 0.5
+DEFAULT_PORT = 29517
+ROUND_SECONDS = 1.0
+CONNECT_SECONDS = 10.0
+CHUNK = 256 * 1024
+MARK = "LINKS "
+
+
+# ---- the agent, on every host ---------------------------------------------------------------------
+
+def listen(port=0):
+    """This host's listening socket (port 0: any free one, for ranks that then share theirs)."""
+    return socket.create_server(("", port), backlog=8)
+
+
+def agent(hosts, index, listener, ports, seconds=ROUND_SECONDS, connect_seconds=CONNECT_SECONDS):
+    """Both rounds on host hosts[index], listening on `listener`, reaching host i at ports[i].
+
+    Returns {"host", "received": [{round, from, bytes, seconds}], "errors"}.
+    """
+    count = len(hosts)
+    received, errors = [], []
+    listener.settimeout(connect_seconds + 2 * seconds + 5)
+    receivers = [threading.Thread(target=_receive, args=(listener, received, errors), daemon=True)
+                 for _ in range(2)]
+    for thread in receivers:
+        thread.start()
+    for round_number, step in enumerate((1, -1)):
+        target = (index + step) % count
+        if target == index:
+            continue
+        _send(hosts[target], ports[target], round_number, index, seconds, connect_seconds, errors)
+    for thread in receivers:
+        thread.join(timeout=connect_seconds + 2 * seconds + 10)
+    listener.close()
+    return {"host": hosts[index], "received": received, "errors": errors}
+
+
+def _send(host, port, round_number, index, seconds, connect_seconds, errors):
+    deadline = time.monotonic() + connect_seconds
+    while True:  # the peer's listener may come up a moment after this one
+        try:
+            connection = socket.create_connection((host, port), timeout=max(0.5, deadline - time.monotonic()))
+            break
+        except OSError as err:
+            if time.monotonic() > deadline:
+                errors.append(f"round {round_number}: cannot reach {host}:{port} ({err})")
+                return
+            time.sleep(0.2)
+    payload = bytes(CHUNK)
+    with connection:
+        connection.settimeout(seconds + connect_seconds)
+        try:
+            connection.sendall(json.dumps({"round": round_number, "from": index}).encode().ljust(64))
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                connection.sendall(payload)
+        except OSError as err:
+            errors.append(f"round {round_number}: sending to {host} failed ({err})")
+
+
+def _receive(listener, received, errors):
+    try:
+        connection, _ = listener.accept()
+    except OSError as err:
+        errors.append(f"no peer connected ({err})")
+        return
+    with connection:
+        connection.settimeout(listener.gettimeout())
+        try:
+            header = json.loads(_read_exactly(connection, 64))
+            total, start = 0, None
+            while data := connection.recv(4 * CHUNK):
+                start = start or time.monotonic()
+                total += len(data)
+            elapsed = time.monotonic() - (start or time.monotonic())
+        except (OSError, ValueError) as err:
+            errors.append(f"receiving failed ({err})")
+            return
+    received.append({"round": header["round"], "from": header["from"], "bytes": total, "seconds": elapsed})
+
+
+def _read_exactly(connection, size):
+    data = b""
+    while len(data) < size:
+        more = connection.recv(size - len(data))
+        if not more:
+            raise ValueError("the peer closed before its header")
+        data += more
+    return data
+
+
+# ---- the verdict, where the agents' answers come together -----------------------------------------
+
+def rates(hosts, answers):
+    """{host: {"send_gbits", "receive_gbits"}}: each direction's best figure over its two peers."""
+    found = {host: {"send": [], "receive": []} for host in hosts}
+    for answer in answers.values():
+        for row in answer["received"] if answer else []:
+            gbits = 8 * row["bytes"] / max(row["seconds"], 1e-6) / 1e9
+            found[answer["host"]]["receive"].append(gbits)
+            found[hosts[row["from"]]]["send"].append(gbits)
+    return {host: {"send_gbits": max(f["send"], default=None),
+                   "receive_gbits": max(f["receive"], default=None)} for host, f in found.items()}
+
+
+def verdict(hosts, answers, expected_gbits=None, failures=None):
+    """The record for env.json and the report, and one line per named host.
+
+    answers: {host: an agent's answer, or None where it gave none}; failures: {host: why not}."""
+    measured = rates(hosts, answers)
+    slowest = {host: min([v for v in m.values() if v is not None], default=None)
+               for host, m in measured.items()}
+    lines, slow = [], []
+    for host in hosts:
+        if answers.get(host) is None:
+            why = (failures or {}).get(host, "no reply")
+            lines.append(f"host {host}: the link probe got no answer from it ({why})")
+            slow.append(host)
+            continue
+        rate = slowest[host]
+        bar, against = _bar(host, slowest, expected_gbits)
+        if rate is None or bar is None or rate >= bar:
+            continue
+        direction = "sending" if measured[host]["send_gbits"] == rate else "receiving"
+        lines.append(f"host {host}: its link measured {rate:.3g} Gbit/s {direction}, below {bar:.3g} Gbit/s "
+                     f"({against})")
+        slow.append(host)
+    record = {"method": "ring neighbours, 2 rounds", "expected_link_gbits": expected_gbits,
+              "hosts": {host: {**measured[host], "named": host in slow} for host in hosts},
+              "slow_hosts": slow, "lines": lines}
+    return record, lines
+
+
+def _bar(host, slowest, expected_gbits):
+    if expected_gbits:
+        bar = WARN_BELOW * expected_gbits
+        return bar, f"{100 * WARN_BELOW:.0f}% of the profile's {expected_gbits:g} Gbit/s"
+    peers = [rate for other, rate in slowest.items() if other != host and rate is not None]
+    if not peers:
+        return None, None
+    median = statistics.median(peers)
+    return PEER_FRACTION * median, f"{100 * PEER_FRACTION:.0f}% of its peers' median {median:.3g} Gbit/s"
+
+
+# ---- over SSH, for suite.cluster.launch --check-hosts ---------------------------------------------
+
+def agent_command(python, hosts, index, port, seconds=ROUND_SECONDS, connect_seconds=CONNECT_SECONDS):
+    return [python, "-m", "suite.cluster.linkprobe", "--hosts", ",".join(hosts), "--index", str(index),
+            "--port", str(port), "--seconds", str(seconds), "--connect-seconds", str(connect_seconds)]
+
+
+def probe_hosts(hosts, start, python=sys.executable, port=DEFAULT_PORT, seconds=ROUND_SECONDS,
+                connect_seconds=CONNECT_SECONDS):
+    """Starts an agent on every host at once; `start(host, argv)` gives a Popen (over SSH or here).
+
+    Returns (answers, failures) as verdict() takes them; an agent silent past the bound is killed.
+    """
+    import subprocess
+    bound = connect_seconds + 2 * seconds + 15
+    jobs = {host: start(host, agent_command(python, hosts, index, port, seconds, connect_seconds))
+            for index, host in enumerate(hosts)}
+    answers, failures, deadline = {}, {}, time.monotonic() + bound
+    for host, job in jobs.items():
+        try:
+            out, err = job.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.communicate()
+            answers[host], failures[host] = None, f"no answer within {bound:.0f} s"
+            continue
+        lines = [line for line in out.splitlines() if line.startswith(MARK)]
+        answers[host] = json.loads(lines[-1][len(MARK):]) if lines else None
+        if not lines:
+            failures[host] = (err.strip().splitlines() or [f"exit code {job.returncode}"])[-1]
+    return answers, failures
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="One host's part of the link probe (the launcher starts it on every host).")
+    parser.add_argument("--hosts", required=True, help="every host of the ring, comma-separated, in order")
+    parser.add_argument("--index", type=int, required=True, help="this host's place in --hosts")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--seconds", type=float, default=ROUND_SECONDS, help="length of each round")
+    parser.add_argument("--connect-seconds", type=float, default=CONNECT_SECONDS)
+    args = parser.parse_args(argv)
+    hosts = args.hosts.split(",")
+    try:
+        answer = agent(hosts, args.index, listen(args.port), [args.port] * len(hosts), args.seconds,
+                       args.connect_seconds)
+    except OSError as err:
+        print(f"error: link probe on {args.hosts.split(',')[args.index]}: {err}", file=sys.stderr)
+        return 2
+    print(MARK + json.dumps(answer), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

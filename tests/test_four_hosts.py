@@ -1,0 +1,385 @@
+"""The headline command at its own scale: four namespace hosts on one bridge, named as the shipped
+hostfiles/4node names them once its placeholder is filled, eight slots each.
+
+The 32-rank BERT run is the expensive part (about 9 minutes and 21 GB here: 32 TensorFlow start-ups on
+two cores), so it runs once per test run, in a module fixture, and is asserted many ways. Everything
+else runs at 2 slots per host (8 ranks) from a copy of the same file with slots=2.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from dataclasses import dataclass
+
+import pytest
+
+from conftest import BIN, REPO, TINY, check_log, filled_hostfile, read_json, read_log, run, subprocess_env
+from jobs import assert_ends_closed, assert_killed_rank_named, long_training, start_long_run
+from test_bert_main import bert_data  # noqa: F401 (the session's generated BERT set)
+from test_report import table_with
+from test_two_hosts import FAULT_BOUND_SECONDS, LAUNCHES, SEEN_AS
+from twohosts import LINK
+from suite.cluster import hostfile as hostfile_format
+from suite.cluster.launch import FQDN_VARIABLE
+
+# BERT tiny's gradients are a few MB a step and the run takes hundreds of steps: every host's link
+# carries far more than this both ways; a host left out of the allreduce carries next to nothing.
+MIN_LINK_BYTES = 20 * 2**20
+
+
+def on_first_host(cluster, command, timeout=900, extra_env=None):
+    """`command` run on the first host from the repository, with this test environment."""
+    env = subprocess_env(**(extra_env or {}))
+    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    return cluster.run(cluster.names[0], command, timeout=timeout, env=env, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def hostfile_8(four_hosts, tmp_path_factory):
+    """hostfiles/4node with REPLACE-ME filled in, as is: 8 slots on each of the four hosts."""
+    return filled_hostfile(tmp_path_factory.mktemp("hostfile"))
+
+
+@pytest.fixture(scope="module")
+def hostfile_2(four_hosts, tmp_path_factory):
+    """The same copy with slots=2: the 8-rank runs."""
+    return filled_hostfile(tmp_path_factory.mktemp("hostfile"), slots=2)
+
+
+@dataclass
+class Run:
+    run_dir: object
+    link_bytes: dict  # host -> (sent, received) during the run
+    output: str
+    seconds: float
+
+
+def run_with_counters(cluster, command, run_dir, timeout=1500, extra_env=None):
+    before = {name: cluster.link_bytes(name) for name in cluster.names}
+    start = time.monotonic()
+    result = on_first_host(cluster, command, timeout=timeout, extra_env=extra_env)
+    seconds = time.monotonic() - start
+    after = {name: cluster.link_bytes(name) for name in cluster.names}
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    moved = {name: (after[name][0] - before[name][0], after[name][1] - before[name][1])
+             for name in cluster.names}
+    return Run(run_dir, moved, result.stdout + result.stderr, seconds)
+
+
+@pytest.fixture(scope="module")
+def headline(four_hosts, hostfile_8, bert_data, tmp_path_factory):  # noqa: F811
+    """The README's command as a user types it, at 32 ranks: the only 32-rank run of the test run."""
+    run_dir = tmp_path_factory.mktemp("headline") / "run"
+    np = hostfile_format.total_slots(hostfile_format.parse(hostfile_8))
+    command = ["horovodrun", "--gloo", "-np", str(np), "-hostfile", hostfile_8, "python", "-m", "models.bert",
+               "--preset", "tiny_cpu", "--data-dir", str(bert_data), "--set", "global_batch_size=32",
+               "--run-dir", str(run_dir)]
+    made = run_with_counters(four_hosts, command, run_dir, timeout=1800)
+    print(f"32-rank headline run: {made.seconds:.0f} s")
+    return made
+
+
+@pytest.mark.slow
+def test_the_headline_run_trains_32_ranks_in_step_to_its_target(headline):
+    summary = read_json(headline.run_dir / "summary.json")
+    assert summary["world_size"] == 32, summary
+    assert summary["status"] == "success" and summary["accuracy"] >= summary["target_accuracy"], summary
+    assert summary["weights_in_sync"], summary["ranks"]
+
+
+@pytest.mark.slow
+def test_the_headline_run_has_local_ranks_0_to_7_on_every_host(headline, four_hosts):
+    env = read_json(headline.run_dir / "env.json")
+    assert env["hosts"] == list(four_hosts.names)
+    assert sorted((r["host"], r["local_rank"]) for r in env["ranks"]) == [
+        (host, local_rank) for host in sorted(four_hosts.names) for local_rank in range(8)]
+    assert sorted(r["rank"] for r in env["ranks"]) == list(range(32))
+    assert (env["launcher"], env["controller"]) == ("horovodrun-gloo", "gloo")
+
+
+@pytest.mark.slow
+def test_the_headline_log_passes_the_checker_with_one_run_start_and_stop(headline):
+    passed, output = check_log(headline.run_dir / "result_0.txt", "2.1.0")
+    assert passed, output
+    keys = [e["key"] for e in read_log(headline.run_dir / "result_0.txt")]
+    assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
+    assert [p.name for p in headline.run_dir.glob("result_*") if not p.name.startswith("result_0.txt")] == []
+
+
+@pytest.mark.slow
+def test_the_gradients_crossed_every_hosts_link(headline):
+    for host, (sent, received) in headline.link_bytes.items():
+        assert sent > MIN_LINK_BYTES and received > MIN_LINK_BYTES, (host, sent, received)
+
+
+# ---- the other launch paths and ResNet-50, at 2 slots per host (8 ranks) ---------------------------
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    """The cluster's profile: CPU nodes whose front-end interface is the bridge link."""
+    path = tmp_path_factory.mktemp("profile") / "cpu-four-hosts.yaml"
+    path.write_text(f"name: cpu-four-hosts\nversion: 1\ndescription: four network namespaces on a bridge\n"
+                    f"gpus_per_node: 0\nnetwork_interface: {LINK}\n"
+                    f"env: {{NCCL_DEBUG: WARN, OMPI_MCA_mpi_yield_when_idle: 1}}\n")
+    return str(path)
+
+
+# BERT tiny cut to a few steps (the launch path is under test, not the learning); its run_stop is then
+# "aborted" (the target not reached), which the checker accepts as for any run out of budget.
+SHORT_BERT = ["--preset", "tiny_cpu", "--set", "train_steps=12", "--set", "warmup_steps=2", "--set",
+              "eval_interval_samples=384", "--set", "log_every=4"]
+# Which model each 8-rank path trains: ResNet-50 under the suite's launcher, BERT under the raw ones.
+EIGHT_RANK_PATHS = {"horovodrun-mpi": "models.bert", "mpirun": "models.bert",
+                    "suite.launch": "models.resnet50"}
+
+
+@pytest.fixture(scope="module", params=sorted(EIGHT_RANK_PATHS))
+def eight_rank_run(request, four_hosts, hostfile_2, profile, bert_data, small_data,  # noqa: F811
+                   tmp_path_factory):
+    name, module = request.param, EIGHT_RANK_PATHS[request.param]
+    run_dir = tmp_path_factory.mktemp(name) / "run"
+    launcher, model_flags, env = LAUNCHES[name](hostfile_2, profile)
+    if name != "suite.launch":
+        # Under a raw Open MPI launch the user keeps the hostfile's qualified names as docs/scaling-study.md
+        # says (suite.cluster.launch sets this itself): Open MPI would otherwise ssh to gpu-node-02.
+        env = {**env, FQDN_VARIABLE: "1"}
+    model = [module] if name == "suite.launch" else ["-m", module]
+    if module == "models.bert":
+        flags = [*SHORT_BERT, "--data-dir", str(bert_data)]
+    else:
+        flags = [*TINY, "--set", "seed=9", "--data-dir", small_data]
+    made = run_with_counters(four_hosts, [*launcher, *model, *flags, "--run-dir", str(run_dir), *model_flags],
+                             run_dir, timeout=1200, extra_env=env)
+    print(f"8-rank {name} ({module}): {made.seconds:.0f} s")
+    return name, made
+
+
+@pytest.mark.slow
+def test_eight_ranks_two_on_each_host_train_in_step(eight_rank_run, four_hosts, profile):
+    name, made = eight_rank_run
+    summary = read_json(made.run_dir / "summary.json")
+    assert summary["world_size"] == 8 and summary["weights_in_sync"], summary["ranks"]
+    assert summary["status"] in ("success", "aborted") and summary["steps"] > 0, summary
+    env = read_json(made.run_dir / "env.json")
+    assert env["hosts"] == list(four_hosts.names)
+    assert sorted((r["host"], r["local_rank"]) for r in env["ranks"]) == [
+        (host, local_rank) for host in sorted(four_hosts.names) for local_rank in range(2)]
+    assert (env["launcher"], env["controller"]) == SEEN_AS[name]
+    assert env["profile"]["path"] == profile
+    assert env["environment"]["HOROVOD_GLOO_IFACE"] == LINK
+
+
+@pytest.mark.slow
+def test_eight_rank_logs_pass_the_checker_and_every_link_carried_gradients(eight_rank_run):
+    name, made = eight_rank_run
+    passed, output = check_log(made.run_dir / "result_0.txt", "2.1.0")
+    assert passed, output
+    keys = [e["key"] for e in read_log(made.run_dir / "result_0.txt")]
+    assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
+    # A ring over four hosts crosses every host's link both ways, whatever the launcher.
+    for host, (sent, received) in made.link_bytes.items():
+        assert sent > 2**20 and received > 2**20, (name, host, sent, received)
+
+
+# ---- a fault on the third host ---------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_rank_killed_on_the_third_host_ends_the_job_on_every_host(four_hosts, hostfile_2, profile,
+                                                                    small_data, tmp_path):
+    run_dir = tmp_path / "run"
+    launcher, model_flags, extra = LAUNCHES["horovodrun-gloo"](hostfile_2, profile)
+    env = subprocess_env(**extra)
+    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    command = [*launcher, "-m", "models.resnet50", *long_training(small_data, run_dir), *model_flags]
+    job = start_long_run(four_hosts.wrap(four_hosts.names[0], command), run_dir, env)
+    third = four_hosts.names[2]
+    victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == third)
+    os.kill(victim["pid"], signal.SIGKILL)
+    code, last, output = assert_ends_closed(job, run_dir, time.time(), FAULT_BOUND_SECONDS)
+    assert_killed_rank_named(code, last, output, victim["rank"], third)
+
+
+# ---- the sweep from one host to four ---------------------------------------------------------------
+
+# The cheapest preset that still times enough steps: sweep_cpu's 4 steps an epoch, for 5 epochs.
+SWEEP_EPOCHS = 5
+SWEEP_SCALES = (2, 4, 8)
+
+
+@pytest.fixture(scope="module")
+def swept(four_hosts, hostfile_2, profile, small_data, tmp_path_factory):
+    """One run at each of 1, 2 and 4 hosts (2, 4, 8 ranks), then the report of the folder."""
+    from suite.cluster.sweep import planning
+    folder = tmp_path_factory.mktemp("sweep")
+    info = folder / "system.yaml"
+    info.write_text("".join(f"{field}: '2'\n" for field in planning.HOST_FIELDS))
+    out = folder / "out"
+    start = time.monotonic()
+    result = on_first_host(four_hosts, [
+        sys.executable, "-m", "suite.cluster.sweep", "--out", str(out), "--profile", profile, "--hostfile",
+        hostfile_2, "--scales", ",".join(map(str, SWEEP_SCALES)), "--preset", "sweep_cpu", "--runs", "1",
+        "--system-info", str(info), "--", "models.resnet50", "--data-dir", small_data,
+        "--set", "num_classes=4", "--set", f"epochs={SWEEP_EPOCHS}",
+        "--set", f"epochs_between_evals={SWEEP_EPOCHS}"],
+        timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = on_first_host(four_hosts, [sys.executable, "-m", "suite.cluster.report", str(out)], timeout=300)
+    assert report.returncode == 0, report.stderr
+    print(f"1 -> 2 -> 4 host sweep and its report: {time.monotonic() - start:.0f} s")
+    return out
+
+
+def sweep_systems():
+    return [f"cpu-four-hosts_n{nodes}_np{np}" for nodes, np in zip((1, 2, 4), SWEEP_SCALES)]
+
+
+@pytest.mark.slow
+def test_the_sweep_report_has_three_scales_in_every_table(swept):
+    markdown = (swept / "report" / "report.md").read_text()
+    scales = {row["system"]: row for row in table_with(markdown, "fastest (min)")}
+    assert sorted(scales) == sorted(sweep_systems())
+    assert [scales[system]["nodes"] for system in sweep_systems()] == ["1", "2", "4"]
+    # Every scale timed at least 20 steps, and its step time is split (the attribution).
+    for system in sweep_systems():
+        summary = read_json(swept / "runs" / system / "run_0" / "summary.json")
+        assert summary["steps"] >= 20, (system, summary["steps"])
+    split = markdown.split("## Where the efficiency went (measured)", 1)[1].split("\n## ", 1)[0]
+    assert all(f"| {system} |" in split for system in sweep_systems()), split
+
+
+@pytest.mark.slow
+def test_the_package_checker_accepts_the_four_host_sweep(swept, tmp_path):
+    from test_sweep import SUBMITTER
+    result = run([sys.executable, "-m", "mlperf_logging.package_checker", str(swept / SUBMITTER), "training",
+                  "2.1.0", "--log_output", str(tmp_path / "package_checker.log")], timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in output, output[-3000:]
+    for system in sweep_systems():
+        assert f"System description checker passed for {system}" in output
+
+
+# ---- the slow host named: the link probe ----------------------------------------------------------
+
+LINK_LINE = re.compile(r"^link (?P<host>\S+): sends (?P<send>[\d.e+-]+) Gbit/s, "
+                       r"receives (?P<receive>[\d.e+-]+) Gbit/s$")
+
+
+def check_hosts(cluster, hostfile, profile, *flags, timeout=180):
+    """`suite.cluster.launch --check-hosts` on the first host: (result, {host: (send, receive)}, warnings)."""
+    result = on_first_host(cluster, [sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile,
+                                     "--profile", profile, "--check-hosts", *flags, "--", "models.bert"],
+                           timeout=timeout)
+    figures = {m["host"]: (float(m["send"]), float(m["receive"]))
+               for m in map(LINK_LINE.match, result.stdout.splitlines()) if m}
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: link probe: ")]
+    return result, figures, warnings
+
+
+@pytest.fixture(scope="module")
+def even_links(four_hosts, hostfile_2, profile):
+    """The unshaped cluster's figures, measured once: what a tenth is taken of."""
+    result, figures, warnings = check_hosts(four_hosts, hostfile_2, profile)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return figures, warnings
+
+
+def test_the_unshaped_cluster_names_no_host(even_links, four_hosts):
+    figures, warnings = even_links
+    assert sorted(figures) == sorted(four_hosts.names)
+    assert all(send > 0 and receive > 0 for send, receive in figures.values()), figures
+    assert warnings == []
+
+
+@pytest.fixture
+def third_host_shaped(four_hosts, even_links):
+    """The third host's cable at a tenth of the slowest unshaped figure, both ways."""
+    figures, _ = even_links
+    slowest_mbit = 1000 * min(min(pair) for pair in figures.values())
+    third = four_hosts.names[2]
+    four_hosts.shape(third, slowest_mbit / 10)
+    try:
+        yield third, slowest_mbit / 10
+    finally:
+        four_hosts.unshape(third)
+
+
+def test_a_host_shaped_to_a_tenth_is_named_and_only_it(four_hosts, hostfile_2, profile, third_host_shaped):
+    third, mbit = third_host_shaped
+    result, figures, warnings = check_hosts(four_hosts, hostfile_2, profile)
+    assert result.returncode == 0, result.stderr  # a warning, not a stop, without --require-links
+    named = f"warning: link probe: host {third}: its link measured"
+    assert len(warnings) == 1 and warnings[0].startswith(named), result.stderr
+    assert "of its peers' median" in warnings[0]  # the profile has no expected_link_gbits
+    # What the probe measured of it is about what it was shaped to, far below the others.
+    assert min(figures[third]) < 2 * mbit / 1000, (figures, mbit)
+
+
+def test_the_profiles_expected_link_rate_names_the_host_and_require_links_stops_the_launch(
+        four_hosts, hostfile_2, profile, bert_data, third_host_shaped, tmp_path):  # noqa: F811
+    third, mbit = third_host_shaped
+    expecting = tmp_path / "expecting.yaml"
+    with open(profile) as handle:
+        # What the unshaped hosts reach; 80 % of it is the bar, which the shaped host misses by far.
+        expecting.write_text(handle.read() + f"expected_link_gbits: {5 * mbit / 1000:.4f}\n")
+    run_dir = tmp_path / "run"
+    result = on_first_host(four_hosts, [
+        sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile_2, "--profile", str(expecting),
+        "--require-links", "--", "models.bert", *SHORT_BERT, "--data-dir", str(bert_data), "--run-dir",
+        str(run_dir)], timeout=180)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: --require-links: ")]
+    assert len(errors) == 1 and f"host {third}: its link measured" in errors[0], result.stderr
+    assert "of the profile's" in errors[0]
+    assert "launch:" not in result.stderr and not run_dir.exists()  # nothing started, no run_start
+
+
+def test_a_hung_probe_on_a_host_is_named_within_its_bound(four_hosts, hostfile_2, profile):
+    """The fourth host's agent stopped as soon as it starts: it answers nothing, its peers' connections
+    to it stall. The host is named in one line, the others are not, all within the probe's bound."""
+    from suite.cluster import linkprobe
+    fourth = four_hosts.names[3]
+    command = four_hosts.wrap(four_hosts.names[0], [
+        sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile_2, "--profile", profile,
+        "--check-hosts", "--", "models.bert"])
+    env = subprocess_env()
+    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    start = time.monotonic()
+    job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    stopped = []
+    try:
+        marker = b"--index 3"
+        while not stopped and job.poll() is None and time.monotonic() - start < 60:
+            for pid in agent_pids(marker):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            time.sleep(0.05)
+        out, err = job.communicate(timeout=120)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGKILL)
+        if job.poll() is None:
+            job.kill()
+    elapsed = time.monotonic() - start
+    assert stopped, "the fourth host's agent never started"
+    bound = linkprobe.CONNECT_SECONDS + 2 * linkprobe.ROUND_SECONDS + 15 + 30  # + the SSH host check
+    assert elapsed < bound, elapsed
+    warnings = [line for line in err.splitlines() if line.startswith("warning: link probe: ")]
+    assert len(warnings) == 1 and f"host {fourth}: the link probe got no answer from it" in warnings[0], err
+    print(f"a hung probe named after {elapsed:.1f} s")
+
+
+def agent_pids(marker):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                line = handle.read().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"suite.cluster.linkprobe" in line and marker in line and b"sh -c" not in line:
+            found.append(int(entry))
+    return found
