@@ -40,14 +40,20 @@ def sweep_cli(*args, timeout=60, **env):
     return run([sys.executable, "-m", "suite.cluster.sweep", *args], timeout=timeout, **env)
 
 
-def dry_run(*args):
-    """[(header, [command argv], {variable: value})] per scale, from --dry-run's output."""
+def dry_run(*args, notes=None):
+    """[(header, [command argv], {variable: value})] per scale, from --dry-run's output; notes, a list,
+    gets each scale's comment lines after its header (the RCP check) as (header, [lines])."""
     result = sweep_cli("--dry-run", *args)
     assert result.returncode == 0, result.stderr
     blocks = []
     for line in result.stdout.splitlines():
         if line.startswith("# scale"):
             blocks.append((line, [], {}))
+            if notes is not None:
+                notes.append((line, []))
+        elif line.startswith("# "):
+            if notes is not None:
+                notes[-1][1].append(line[2:])
         elif ENV_LINE.match(line):
             key, value = line.split("=", 1)
             blocks[-1][2][key] = value

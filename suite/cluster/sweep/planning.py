@@ -44,6 +44,7 @@ import sys
 from dataclasses import dataclass, field
 
 from suite.cluster import hostfile, launch
+from suite.cluster.sweep import rcp_check
 from suite.common import modelargs, profiles
 from suite.common.profiles import ProfileError
 
@@ -460,6 +461,8 @@ def print_dry_run(sweep, out=sys.stdout):
     for number, scale in enumerate(sweep.scales, start=1):
         out.write(f"# scale {number}/{len(sweep.scales)}: system {scale.system}, {scale.np} processes on "
                   f"{scale.nodes} host(s), preset {scale.preset}, {sweep.runs} runs\n")
+        for line in rcp_check.scale_lines(sweep, scale):
+            out.write(f"# {line}\n")
         if sweep.allreduce_args is not None:
             plan = launch.plan_launch(scale.launch_args, allreduce_command(sweep, scale), sweep.placeholders)
             out.write(shlex.join(plan.command) + "\n")

@@ -7,7 +7,7 @@ import sys
 import time
 
 from suite.cluster import guardian, launch, preflight
-from suite.cluster.sweep import submission
+from suite.cluster.sweep import rcp_check, submission
 from suite.cluster.sweep.planning import (SweepError, allreduce_command, allreduce_json, model_command,
                                           result_path, run_dir, too_few_runs, with_record)
 from suite.common import results, runfiles
@@ -57,6 +57,9 @@ def execute(sweep, say):
     """Runs what is not done yet; returns 0, or raises SweepError / Interrupted."""
     manifest = load_manifest(sweep)
     _warn_too_few_runs(sweep)
+    for scale in sweep.scales:
+        for line in rcp_check.scale_lines(sweep, scale):
+            say(line)
     _remove_stale_temp_files(sweep, say)
     save(sweep, manifest)
     for scale in sweep.scales:
