@@ -127,6 +127,26 @@ def test_dry_run_for_1_2_4_nodes_under_the_oci_profile(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_the_dry_run_measures_each_per_gpu_batch_on_the_smallest_scale_first(tmp_path):
+    # One global batch on 8, 16 and 32 GPUs: 408, 204 and 102 per GPU, each measured on the 8 first.
+    files = ",".join(node_hostfile(tmp_path, n) for n in (1, 2, 4))
+    result = sweep_cli("--dry-run", "--measure-rates", "--out", str(tmp_path / "out"), "--hostfiles", files,
+                       "--preset-per-scale", CLOSED, *OCI, "--skip-host-check", "--", "models.resnet50",
+                       "--data-dir", "/d")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("# per-GPU rates first, on oci-bm-gpu-gm4-8_n1_np8: --throughput at per-GPU "
+                               "batch 102, 204, 408")
+    first_scale = next(i for i, line in enumerate(lines) if line.startswith("# scale 1/3"))
+    commands = [shlex.split(line) for line in lines[1:first_scale]]
+    assert len(commands) == 3
+    for command, batch in zip(commands, (102, 204, 408)):
+        assert flag(command, "-np") == "8" and "--throughput" in command
+        sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+        assert sets[-1] == f"global_batch_size={batch * 8}"
+        assert flag(command, "--run-dir") == str(tmp_path / "out" / "rates" / f"per_gpu_batch_{batch}")
+
+
 def test_dry_run_with_mpirun_passes_the_launcher_flags(tmp_path):
     blocks = dry_run("--out", str(tmp_path / "o"), "--hostfiles", node_hostfile(tmp_path, 2), "--preset",
                      "closed_16xA100_gbs3264", *OCI, "--skip-host-check", "--launcher", "mpirun",

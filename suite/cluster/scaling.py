@@ -638,6 +638,10 @@ def build_parser():
                           help="more measured points of one GPU's samples/s without communication, by "
                                "per-GPU batch, interpolated between (strong scaling shrinks the per-GPU "
                                "batch)")
+    measured.add_argument("--rates", metavar="JSON",
+                          help="a sweep's rates.json (python -m suite.cluster.sweep --measure-rates): its "
+                               "per-GPU rates, measured with their communication on the sweep's smallest "
+                               "scale, join the table as rates without it")
     return parser
 
 
@@ -695,6 +699,20 @@ def _per_gpu_rates(values):
     return rates
 
 
+def _sweep_rates(path, template):
+    """(per-GPU batch, samples/s of compute alone) from a sweep's rates.json: each point was measured
+    with the allreduce of its GPU count, which compute_rate takes out."""
+    try:
+        with open(path) as handle:
+            points = json.load(handle)["points"]
+        return [(int(p["per_gpu_batch"]), compute_rate(float(p["samples_per_second_per_gpu"]),
+                                                       int(p["per_gpu_batch"]), int(p["gpus"]), template))
+                for p in points]
+    except (KeyError, TypeError, ValueError) as err:
+        raise UsageError(f"--rates {path}: not a sweep's rates.json (points of per_gpu_batch, gpus, "
+                         f"samples_per_second_per_gpu): {err}") from None
+
+
 def _from_results_main(args):
     from suite.cluster import results_folder  # its compliance checker loads YAML rules: only this needs it
     for flag in ("per_gpu_throughput", "per_gpu_batch", "measured"):
@@ -718,7 +736,8 @@ def _from_results_main(args):
         busbw_gbps=args.busbw if args.busbw is not None else FROM_RESULTS_BUSBW_GBPS,
         nvlink_busbw_gbps=args.nvlink_busbw, gpus_per_node=args.gpus_per_node or folder.gpus_per_node or 8,
         overlap=args.overlap).validate()
-    scenario = scenario_for(measured, template, _per_gpu_rates(args.per_gpu_rate))
+    extra = _sweep_rates(args.rates, template) if args.rates else []
+    scenario = scenario_for(measured, template, extra + _per_gpu_rates(args.per_gpu_rate))
     if any(not isinstance(n, int) or n < 1 for n in args.gpus):
         raise ValueError(f"GPU counts must be positive integers, not {args.gpus!r}")
     per_gpu = scenario.per_gpu_batch

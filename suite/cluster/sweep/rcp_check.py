@@ -18,7 +18,7 @@ def scale_lines(sweep, scale):
         return []
     head = f"RCP check, {scale.system} ({scale.np} processes, preset {scale.preset})"
     try:
-        config = _config(sweep, scale, presets)
+        config = scale_config(sweep, scale, presets)
     except ConfigError as err:
         return [f"{head}: the preset does not resolve: {err}"]
     batch = config.global_batch_size
@@ -58,7 +58,7 @@ def _schedule(config, scale, presets, found):
     return text
 
 
-def _config(sweep, scale, presets):
+def scale_config(sweep, scale, presets):
     """The config every run of the scale resolves (the model's args with the scale's preset)."""
     parser = modelargs.build_parser(sweep.model[0], sweep.model[0], presets.CONFIG, presets.PRESETS,
                                     presets.DEFAULT_PRESET, modelargs._Refusing)
