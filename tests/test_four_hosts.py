@@ -110,6 +110,22 @@ def test_the_headline_log_passes_the_checker_with_one_run_start_and_stop(headlin
 
 
 @pytest.mark.slow
+def test_the_headline_run_records_every_ranks_start_up_and_peak_memory(headline):
+    """What docs/testing.md quotes: where each rank's start-up went and how much memory it peaked at."""
+    start_up = read_json(headline.run_dir / "env.json")["startup_seconds"]
+    phases = ("imports", "horovod_init", "run_directory_and_log", "workload_build", "network_check")
+    assert sorted(r["rank"] for r in start_up["ranks"]) == list(range(32))
+    for rank in start_up["ranks"]:
+        assert rank["imports"] > 0 and all(rank[phase] >= 0 for phase in phases), rank
+    ranks = read_json(headline.run_dir / "summary.json")["ranks"]
+    # A TensorFlow rank holds far more than its interpreter (about 12 MB) once it has trained.
+    assert len(ranks) == 32 and all(r["peak_memory_mb"] > 100 for r in ranks), ranks
+    peaks = sorted(r["peak_memory_mb"] for r in ranks)
+    print(f"32 ranks: start-up of the slowest rank by phase {start_up['slowest']}; peak memory per rank "
+          f"{peaks[0]:.0f}-{peaks[-1]:.0f} MB (median {peaks[16]:.0f}), {sum(peaks) / 1024:.1f} GB in all")
+
+
+@pytest.mark.slow
 def test_the_gradients_crossed_every_hosts_link(headline):
     for host, (sent, received) in headline.link_bytes.items():
         assert sent > MIN_LINK_BYTES and received > MIN_LINK_BYTES, (host, sent, received)
@@ -248,6 +264,19 @@ def test_the_sweep_report_has_three_scales_in_every_table(swept):
         assert summary["steps"] >= 20, (system, summary["steps"])
     split = markdown.split("## Where the efficiency went (measured)", 1)[1].split("\n## ", 1)[0]
     assert all(f"| {system} |" in split for system in sweep_systems()), split
+
+
+@pytest.mark.slow
+def test_the_sweep_report_has_every_hosts_link(swept, four_hosts):
+    """The launcher probed the links before the 2- and 4-host runs; the report has each host's figures."""
+    markdown = (swept / "report" / "report.md").read_text()
+    rows = table_with(markdown, "sends (Gbit/s)")
+    one, two, four = sweep_systems()
+    assert sorted(row["host"] for row in rows if row["system"] == four) == sorted(four_hosts.names)
+    assert sorted(row["host"] for row in rows if row["system"] == two) == sorted(four_hosts.names[:2])
+    assert not [row for row in rows if row["system"] == one]  # one host: no link to probe
+    assert all(float(row["sends (Gbit/s)"]) > 0 and row["verdict"] == "ok" for row in rows), rows
+    assert "No host was named." in markdown
 
 
 @pytest.mark.slow

@@ -134,3 +134,26 @@ def test_a_bad_compare_folder_leaves_the_sweeps_report_alone(tmp_path):
 def test_compare_without_out_or_sweep_is_refused(capsys):
     one_line_error(in_process(capsys, "--compare", DELL_8[0]), "--out")
     one_line_error(in_process(capsys), "SWEEP")
+
+
+def test_the_weak_and_the_strong_path_at_one_gpu_count_are_factored_term_by_term(tmp_path, capsys):
+    # 32 GPUs either way. At 3,264: 4 blocks of 4 epochs, 60 s each; at 13,056: 5 blocks of 4 epochs,
+    # 40 s each (more epochs, faster ones); 5 s of evaluation per block, 2 s start-up, 1 s between blocks.
+    strong = write_folder(str(tmp_path), [run_lines(batch=3264, blocks=4, block_ms=60_000)] * 5,
+                          system="strong", nodes=4)
+    weak = write_folder(str(tmp_path), [run_lines(batch=13056, blocks=5, block_ms=40_000)] * 5,
+                        system="weak", nodes=4)
+    out = tmp_path / "out"
+    assert report.main(["--compare", strong, weak, "--out", str(out)]) == 0
+    minutes_strong, minutes_weak = (2 + 4 * 65 + 3) / 60, (2 + 5 * 45 + 4) / 60
+    choice, = json.loads((out / "report.json").read_text())["batch_choices"]
+    assert choice["faster_global_batch_size"] == 13056
+    assert choice["measured_speedup"] == pytest.approx(minutes_strong / minutes_weak)
+    assert choice["throughput_speedup"] == pytest.approx((20_000 / 200) / (16_000 / 240))
+    assert choice["convergence_ratio"] == pytest.approx(16 / 20)
+    assert choice["evaluation_and_overhead_ratio"] == pytest.approx((200 / 231) / (240 / 265))
+    text = (out / "report.md").read_text()
+    assert (f"At 32 GPUs, global batch 13,056 ({weak}, weak) reaches the lower time to train: "
+            f"{minutes_weak:.2f} min against {minutes_strong:.2f} min for global batch 3,264") in text
+    assert f"×{minutes_strong / minutes_weak:.3f} = throughput ×1.500" in text
+    assert "convergence ×0.800 (target samples 20,000 against 16,000)" in text

@@ -40,14 +40,20 @@ def sweep_cli(*args, timeout=60, **env):
     return run([sys.executable, "-m", "suite.cluster.sweep", *args], timeout=timeout, **env)
 
 
-def dry_run(*args):
-    """[(header, [command argv], {variable: value})] per scale, from --dry-run's output."""
+def dry_run(*args, notes=None):
+    """[(header, [command argv], {variable: value})] per scale, from --dry-run's output; notes, a list,
+    gets each scale's comment lines after its header (the RCP check) as (header, [lines])."""
     result = sweep_cli("--dry-run", *args)
     assert result.returncode == 0, result.stderr
     blocks = []
     for line in result.stdout.splitlines():
         if line.startswith("# scale"):
             blocks.append((line, [], {}))
+            if notes is not None:
+                notes.append((line, []))
+        elif line.startswith("# "):
+            if notes is not None:
+                notes[-1][1].append(line[2:])
         elif ENV_LINE.match(line):
             key, value = line.split("=", 1)
             blocks[-1][2][key] = value
@@ -119,6 +125,26 @@ def test_dry_run_for_1_2_4_nodes_under_the_oci_profile(tmp_path):
             assert env[key] == value, key
         assert env["OMPI_MCA_btl_tcp_if_include"] == "eth0"
     assert not (tmp_path / "out").exists()
+
+
+def test_the_dry_run_measures_each_per_gpu_batch_on_the_smallest_scale_first(tmp_path):
+    # One global batch on 8, 16 and 32 GPUs: 408, 204 and 102 per GPU, each measured on the 8 first.
+    files = ",".join(node_hostfile(tmp_path, n) for n in (1, 2, 4))
+    result = sweep_cli("--dry-run", "--measure-rates", "--out", str(tmp_path / "out"), "--hostfiles", files,
+                       "--preset-per-scale", CLOSED, *OCI, "--skip-host-check", "--", "models.resnet50",
+                       "--data-dir", "/d")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("# per-GPU rates first, on oci-bm-gpu-gm4-8_n1_np8: --throughput at per-GPU "
+                               "batch 102, 204, 408")
+    first_scale = next(i for i, line in enumerate(lines) if line.startswith("# scale 1/3"))
+    commands = [shlex.split(line) for line in lines[1:first_scale]]
+    assert len(commands) == 3
+    for command, batch in zip(commands, (102, 204, 408)):
+        assert flag(command, "-np") == "8" and "--throughput" in command
+        sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+        assert sets[-1] == f"global_batch_size={batch * 8}"
+        assert flag(command, "--run-dir") == str(tmp_path / "out" / "rates" / f"per_gpu_batch_{batch}")
 
 
 def test_dry_run_with_mpirun_passes_the_launcher_flags(tmp_path):

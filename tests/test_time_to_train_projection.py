@@ -162,3 +162,22 @@ def test_cli_per_gpu_rates_feed_the_table(tmp_path):
     [record] = json.loads(out.read_text())
     assert record["projected_samples_per_second"] == pytest.approx(32 * 102 / step, rel=1e-12)
     assert "102: 2,500.0" in result.stdout
+
+
+def test_cli_takes_a_sweeps_measured_rates(tmp_path):
+    # A sweep's rates.json: 2,000/s per GPU at 102 per GPU, measured on 8 GPUs (2 of Dell's 4-GPU nodes,
+    # so with an allreduce across the network, which the table's compute rate leaves out).
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps({"points": [{"per_gpu_batch": 102, "gpus": 8,
+                                             "samples_per_second_per_gpu": 2000.0}]}))
+    out = tmp_path / "projection.json"
+    result = cli("--from-results", DELL_8[0], "--ruleset", "1.1.0", "--gpus", "32", "--global-batch", "3264",
+                 "--rates", str(rates), "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    compute = 102 / 2000 - 2 * 7 / 8 * RESNET_FP32 / 185e9
+    step = compute + 2 * 31 / 32 * RESNET_FP32 / 185e9
+    [record] = json.loads(out.read_text())
+    assert record["projected_samples_per_second"] == pytest.approx(32 * 102 / step, rel=1e-12)
+    rates.write_text(json.dumps({"points": [{"per_gpu_batch": 102}]}))
+    result = cli("--from-results", DELL_8[0], "--gpus", "32", "--rates", str(rates))
+    assert result.returncode == 2 and f"--rates {rates}: not a sweep's rates.json" in result.stderr

@@ -15,7 +15,7 @@ from suite.common import linkverdict, timetotrain
 from suite.common.config import to_dict
 from suite.common.profiles import Timeouts
 from suite.common.workload import Division
-from suite.train import attribution, dist, network, peers, rundir, signals
+from suite.train import attribution, dist, network, peers, rundir, signals, startup
 from suite.train.loop import train
 from suite.train.mlperf import ABORTED, MLPerfLog
 
@@ -79,9 +79,11 @@ def run(spec, config, preset, run_dir=None, options=Options()):
 
 def _run(spec, config, preset, run_dir, state, options):
     started = time.time()
+    phases = startup.Phases()
     # attribution: HOROVOD_TIMELINE=DYNAMIC before hvd.init (multi-rank GPU runs)
     attribution.enable_timeline(gpu=dist.gpus_visible())
     state.world = world = dist.initialize(config.cpu_threads)
+    phases.mark("horovod_init")
     if not config.gradient_allreduce and world.size > 1:
         raise dist.LaunchError(f"gradient_allreduce=false is for one process (it leaves Horovod out of "
                                f"the step), but {world.launcher} started {world.size}; drop the setting "
@@ -109,7 +111,9 @@ def _run(spec, config, preset, run_dir, state, options):
     say(f"{spec.title}: preset {preset}, {world.size} rank(s) via {world.launcher} on {world.device}, "
         f"seed {seed}, run directory {run_dir}")
 
+    phases.mark("run_directory_and_log")
     state.job = job = spec.build_job(config, world, seed)
+    phases.mark("workload_build")
     job.division = division_of_run(job.division, config, cache_cleared)
     # The weights are built (and loaded) alike on every rank; from here on each rank draws its own
     # random stream, so dropout masks differ between ranks as they would on one large batch.
@@ -121,6 +125,8 @@ def _run(spec, config, preset, run_dir, state, options):
     log.hyperparameters(job.hyperparameters)
     log.weights_initialization(job.tensor_names)
     net = _check_network(world, ranks, nccl_log, options)
+    phases.mark("network_check")
+    start_up = startup.summarize(dist.allgather_object({"rank": world.rank, **phases.record()}, "startup"))
     if world.is_root:
         rundir.write_json(os.path.join(run_dir, "config.json"),
                           {"preset": preset, "config": to_dict(config), "seed": seed,
@@ -128,7 +134,7 @@ def _run(spec, config, preset, run_dir, state, options):
                            "operator_statements": list(job.division.statements), **job.details})
         rundir.write_json(os.path.join(run_dir, "env.json"),
                           {**rundir.environment(world, ranks), "profile": options.profile_record,
-                           "network": net})
+                           "network": net, "startup_seconds": start_up})
     if job.division.reasons:
         say(f"open division: {'; '.join(job.division.reasons)}")
 
@@ -139,7 +145,8 @@ def _run(spec, config, preset, run_dir, state, options):
     state.started = True
     outcome = train(job, world, log, config, say=say, run_dir=run_dir)
     per_rank = dist.allgather_object({**outcome.timing, "host": world.host,
-                                      "weights_digest": outcome.weights_digest}, "per_rank")
+                                      "weights_digest": outcome.weights_digest,
+                                      "peak_memory_mb": startup.peak_memory_mb()}, "per_rank")
     if world.is_root:
         summary = _summary(spec, job, world, outcome, per_rank, seed, time.time() - started)
         summary.update(gradient_record(job.model, config.fp16_allreduce))

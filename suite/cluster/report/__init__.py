@@ -1,9 +1,12 @@
-"""`python -m suite.cluster.report SWEEP`: time to train, throughput, scaling, stragglers, allreduce.
+"""`python -m suite.cluster.report [SWEEP] [--compare DIR ...]`: time to train and its split, throughput,
+scaling, stragglers, allreduce.
 
 sweep_folder.py    reads a sweep folder: each scale's MLPerf logs and its runs' records
 figures.py         the measured figures: time to train, throughput, scaling, stragglers, step splits
 projection.py      the projection beside them, and the banners on what the figures are unfit for
 published.py       published times to train, shown for reference
+splits.py          each scale's time-to-train split (the sweep's and --compare folders'), factored
+split_section.py   the split's table, factors and plot in the document, and report.json
 formats.py         how numbers are written
 document.py        the document's blocks, rendered as Markdown and as HTML
 plots.py           the PNG plots

@@ -12,6 +12,7 @@ from suite.cluster.report.figures import (AGGREGATE, MIN_TIMED_STEPS, STEP_PARTS
                                           efficiency_loss, scaling_rows, step_splits, stragglers,
                                           time_to_train)
 from suite.cluster.report.formats import fmt, pct, size, spread, step_range
+from suite.cluster.report.links import links_section
 from suite.cluster.report.projection import banners, no_plateau, projection_rows
 from suite.cluster.report.published import PUBLISHED_RATIOS, REFERENCES
 
@@ -34,6 +35,7 @@ def build_document(data, threshold_pct, images, scaling_mode="auto", splits=()):
     doc += _attribution_section(data, images)
     doc += _straggler_section(data, threshold_pct, images)
     doc += _network_section(data)
+    doc += links_section(data)
     doc += _allreduce_section(data, images)
     doc += _projection_section(data, scaling_mode)
     doc += _reference_section(data)

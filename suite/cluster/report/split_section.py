@@ -3,7 +3,7 @@ report.json; also the whole document when the report is built from --compare fol
 import os
 
 from suite.cluster.report.formats import fmt, pct
-from suite.cluster.report.splits import THIS_SWEEP, speedup_record, speedups
+from suite.cluster.report.splits import THIS_SWEEP, batch_choices, speedup_record, speedups
 
 INTRO = (
     "Each scale's MLPerf logs alone, read as a results folder and scored as "
@@ -41,10 +41,38 @@ def blocks(scales, images):
                                            "speed-up (time to train)", "throughput ×", "convergence ×",
                                            "evaluation and overhead ×", "product", "efficiency"],
                                  [_factor_row(*pair) for pair in pairs])]
+    doc += _batch_choice_blocks(batch_choices(scales))
     for benchmark in sorted({s.benchmark for s in scales}):
         if image_name(benchmark) in images:
             doc.append(("img", image_name(benchmark), f"Time to train split, {benchmark}"))
     return doc
+
+
+def _batch_choice_blocks(choices):
+    if not choices:
+        return []
+    text = ("Two global batches at one GPU count: the published practice raises the batch with the GPUs "
+            "(weak scaling, e.g. 3,264 at 8 and 16 GPUs, 13,056 at 32), the strong path keeps one batch "
+            "everywhere. Which reaches the lower time to train, factored the same way (slower over "
+            "faster):")
+    return [("p", text), *(("p", _batch_choice_text(*choice)) for choice in choices)]
+
+
+def _batch_choice_text(slower, faster, factors):
+    def named(scale):
+        return f"global batch {scale.folder.global_batch_size:,} ({scale.source}, {scale.system})"
+
+    fast, slow = faster.summary, slower.summary
+    terms = [("throughput", factors.throughput_speedup,
+              f"training samples/s {fast.samples_per_second:,.1f} against {slow.samples_per_second:,.1f}"),
+             ("convergence", factors.convergence_ratio,
+              f"target samples {fast.target_samples:,.0f} against {slow.target_samples:,.0f}"),
+             ("evaluation and overhead", factors.evaluation_and_overhead_ratio,
+              f"training share {100 * fast.training_share:.1f}% against {100 * slow.training_share:.1f}%")]
+    parts = "; ".join(f"{name} ×{value:.3f} ({why})" for name, value, why in terms)
+    return (f"At {faster.folder.gpus} GPUs, {named(faster)} reaches the lower time to train: "
+            f"{faster.summary.minutes:.2f} min against {slower.summary.minutes:.2f} min for {named(slower)}, "
+            f"×{factors.measured_speedup:.3f} = {parts}.")
 
 
 def _row(scale):
@@ -75,7 +103,9 @@ def _factor_row(small, large, factors):
 def report_json(scales):
     """report.json: per folder and scale its figures, and the factored speed-ups."""
     return {"scales": [scale.record() for scale in scales],
-            "speedups": [speedup_record(*pair) for pair in speedups(scales)]}
+            "speedups": [speedup_record(*pair) for pair in speedups(scales)],
+            "batch_choices": [{**speedup_record(*choice), "faster_global_batch_size":
+                               choice[1].folder.global_batch_size} for choice in batch_choices(scales)]}
 
 
 def compare_document(scales, images):

@@ -113,6 +113,26 @@ def speedups(scales):
     return pairs
 
 
+def batch_choices(scales):
+    """(slower, faster, SpeedupFactors of slower -> faster) for each two scales of one benchmark at the
+    same GPU count and different global batches: the weak path (a larger batch at more GPUs) against
+    the strong one (the same batch everywhere), where the folders hold both."""
+    found = []
+    at = {}
+    for scale in scales:
+        if scale.summary and scale.folder.gpus:
+            at.setdefault((scale.benchmark, scale.folder.gpus), []).append(scale)
+    for (_, _), members in sorted(at.items()):
+        members.sort(key=lambda s: s.folder.global_batch_size)
+        for i, first in enumerate(members):
+            for second in members[i + 1:]:
+                if first.folder.global_batch_size == second.folder.global_batch_size:
+                    continue
+                slower, faster = sorted((first, second), key=lambda s: -s.summary.minutes)
+                found.append((slower, faster, timetotrain.factor_speedup(slower.summary, faster.summary)))
+    return found
+
+
 def speedup_record(small, large, factors):
     return {"benchmark": small.benchmark, "group": small.group,
             "from": {"source": small.source, "system": small.system, "gpus": small.folder.gpus,

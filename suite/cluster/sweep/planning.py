@@ -44,6 +44,7 @@ import sys
 from dataclasses import dataclass, field
 
 from suite.cluster import hostfile, launch
+from suite.cluster.sweep import rates, rcp_check
 from suite.common import modelargs, profiles
 from suite.common.profiles import ProfileError
 
@@ -103,6 +104,7 @@ class Sweep:
     profile: profiles.Profile
     scales: list
     allreduce_args: list = None  # None: no allreduce benchmark
+    measure_rates: bool = False  # --throughput at each scale's per-GPU batch on the smallest scale first
     system_info: dict = field(default_factory=dict)
     system_info_path: str = None
     verbose: bool = False
@@ -159,6 +161,10 @@ def build_parser():
     how.add_argument("--allreduce-args", default="", metavar="'ARGS'",
                      help="extra suite.train.allreduce flags, one shell-quoted string "
                           "(e.g. '--max-bytes 64M')")
+    how.add_argument("--measure-rates", action="store_true",
+                     help="first, on the smallest scale, measure --throughput at each per-GPU batch the "
+                          "scales will train at (OUT/rates.json, for python -m suite.cluster.scaling "
+                          "--rates)")
     out = parser.add_argument_group("output")
     out.add_argument("--out", help="sweep folder (new, empty, or an earlier sweep with the same plan)")
     out.add_argument("--submitter", default="mlperf-hvd-suite", help="MLPerf submitter (organisation) name")
@@ -233,6 +239,7 @@ def plan_sweep(args, passthrough, model):
     sweep = Sweep(out=os.path.abspath(args.out), model=model, benchmark=benchmark, runs=runs,
                   submitter=args.submitter, status=args.status, profile=profile, scales=scales,
                   allreduce_args=shlex.split(args.allreduce_args) if args.allreduce else None,
+                  measure_rates=args.measure_rates,
                   verbose=args.verbose, placeholders=launch.Placeholders() if args.dry_run else None)
     _check_name("--submitter", sweep.submitter)
     for scale in scales:
@@ -457,9 +464,19 @@ def is_local(name):
 def print_dry_run(sweep, out=sys.stdout):
     """Every command the sweep would run, scale by scale, with the variables each scale sets, then
     the placeholders left; returns the exit code (launch.PLACEHOLDERS_LEFT while any is left)."""
+    if sweep.measure_rates:
+        scale = rates.smallest(sweep)
+        out.write(f"# per-GPU rates first, on {scale.system}: --throughput at per-GPU batch "
+                  f"{', '.join(map(str, rates.per_gpu_batches(sweep)))}\n")
+        for batch in rates.per_gpu_batches(sweep):
+            plan = launch.plan_launch(with_record(scale.launch_args, rates.rate_dir(sweep, batch)),
+                                      rates.rate_command(sweep, batch), sweep.placeholders)
+            out.write(shlex.join(plan.command) + "\n")
     for number, scale in enumerate(sweep.scales, start=1):
         out.write(f"# scale {number}/{len(sweep.scales)}: system {scale.system}, {scale.np} processes on "
                   f"{scale.nodes} host(s), preset {scale.preset}, {sweep.runs} runs\n")
+        for line in rcp_check.scale_lines(sweep, scale):
+            out.write(f"# {line}\n")
         if sweep.allreduce_args is not None:
             plan = launch.plan_launch(scale.launch_args, allreduce_command(sweep, scale), sweep.placeholders)
             out.write(shlex.join(plan.command) + "\n")

@@ -7,7 +7,7 @@ import sys
 import time
 
 from suite.cluster import guardian, launch, preflight
-from suite.cluster.sweep import submission
+from suite.cluster.sweep import rates, rcp_check, submission
 from suite.cluster.sweep.planning import (SweepError, allreduce_command, allreduce_json, model_command,
                                           result_path, run_dir, too_few_runs, with_record)
 from suite.common import results, runfiles
@@ -57,10 +57,15 @@ def execute(sweep, say):
     """Runs what is not done yet; returns 0, or raises SweepError / Interrupted."""
     manifest = load_manifest(sweep)
     _warn_too_few_runs(sweep)
+    for scale in sweep.scales:
+        for line in rcp_check.scale_lines(sweep, scale):
+            say(line)
     _remove_stale_temp_files(sweep, say)
     save(sweep, manifest)
     for scale in sweep.scales:
         _check_hosts(sweep, scale)
+    if sweep.measure_rates:
+        _measure_rates(sweep, say)
     total, done = len(sweep.scales) * sweep.runs, 0
     for scale in sweep.scales:
         os.makedirs(sweep.results_dir(scale), exist_ok=True)
@@ -215,6 +220,30 @@ def _allreduce(sweep, scale, manifest, say):
         raise RunFailed(f"{scale.system}: the allreduce benchmark failed (exit {code}); its output: "
                         f"{os.path.join(sweep.runs_dir(scale), 'allreduce-output.txt')}")
     _allreduce_verdict(path, scale, say)
+
+
+def _measure_rates(sweep, say):
+    """--throughput at each per-GPU batch on the smallest scale; rates.json lists the points. A point
+    measured by an earlier attempt of this sweep is kept."""
+    scale, points = rates.smallest(sweep), []
+    for batch in rates.per_gpu_batches(sweep):
+        directory = rates.rate_dir(sweep, batch)
+        found = os.path.join(directory, "throughput.json")
+        if not os.path.exists(found):
+            os.makedirs(directory, exist_ok=True)
+            plan = launch.plan_launch(with_record(scale.launch_args, directory),
+                                      rates.rate_command(sweep, batch))
+            code = run_logged(plan, os.path.join(directory, "output.txt"), sweep.verbose)
+            if code in INTERRUPTED:
+                raise Interrupted()
+            if code != 0 or not os.path.exists(found):
+                raise RunFailed(f"{scale.system}: the throughput run at per-GPU batch {batch} failed (exit "
+                                f"{code}); its output: {os.path.join(directory, 'output.txt')}")
+        points.append(rates.point(sweep, batch, runfiles.read_json(found)))
+        say(f"{scale.system} per-GPU rate at batch {batch}: {points[-1]['samples_per_second_per_gpu']:,.1f} "
+            f"samples/s per GPU")
+    note = "measured with --throughput on the smallest scale, with its communication"
+    runfiles.write_json(sweep.path(rates.RATES_JSON), {"note": note, "points": points})
 
 
 def _status(code, finished):

@@ -42,20 +42,15 @@ GB/s with GB = 1e9, as nccl-tests and suite.train.allreduce report them.
     python -m suite.cluster.scaling --model resnet50 --per-gpu-throughput 2400 --per-gpu-batch 408 \
         --global-batch 3264 --busbw 185
 
-Time to train (section "time to train" below): from a measured results folder, its throughput,
+Time to train (time_to_train.py in this package): from a measured results folder, its throughput,
 evaluation time and GPU count, the RCP's epochs or samples to target at each global batch:
 
     python -m suite.cluster.scaling --from-results DIR --gpus 8 32 --global-batch 3264 13056 \
         --json projection.json
 """
-import argparse
-import json
 import math
 import statistics
-import sys
-from dataclasses import asdict, dataclass, replace
-
-from suite.common import timetotrain
+from dataclasses import dataclass
 
 GB = 1e9
 
@@ -100,6 +95,8 @@ def bert_parameter_count(hidden, layers, intermediate, vocab, positions, token_t
 
 BERT_LARGE_PARAMS = bert_parameter_count(**BERT_LARGE)
 MODEL_PARAMS = {"resnet50": RESNET50_PARAMS, "bert-large": BERT_LARGE_PARAMS}
+# The model of each MLPerf benchmark a results folder can hold.
+BENCHMARK_MODELS = {"resnet": "resnet50", "bert": "bert-large"}
 # Measured busbw on one node of 8 A100 (nccl-tests, 10 GiB, digest §4).
 NVLINK_BUSBW_GBPS = 235.0
 
@@ -323,13 +320,13 @@ def max_bytes_for(gradient_bytes, largest_bytes):
     return 1 << max(int(gradient_bytes - 1).bit_length(), int(4 * largest_bytes - 1).bit_length())
 
 
-def _table(header, rows):
+def markdown_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def _gpus(count):
+def gpus_label(count):
     return f"{count} GPU" + ("" if count == 1 else "s")
 
 
@@ -343,8 +340,8 @@ def format_markdown(projection):
              f"{p.samples_per_second:,.0f}", f"{p.speedup:.2f}x", f"{100 * p.efficiency:.1f}%"]
             for p in projection.points]
     title = (f"Projected (ring-allreduce model, not measured) for {describe(projection.scenario)}; "
-             f"speed-up and efficiency against {_gpus(projection.points[0].gpus)}.")
-    return title + "\n\n" + _table(header, rows)
+             f"speed-up and efficiency against {gpus_label(projection.points[0].gpus)}.")
+    return title + "\n\n" + markdown_table(header, rows)
 
 
 @dataclass(frozen=True)
@@ -402,346 +399,20 @@ def beside_measured(projection, measured_rows):
     return rows
 
 
-def _fmt(value, spec, suffix=""):
+def fmt(value, spec, suffix=""):
     return "—" if value is None else format(value, spec) + suffix
 
 
 def _percent(fraction):
-    return _fmt(None if fraction is None else 100 * fraction, ".1f", "%")
+    return fmt(None if fraction is None else 100 * fraction, ".1f", "%")
 
 
 def format_beside_markdown(rows):
     """Projected and measured columns side by side; each header says which it is."""
     header = ["GPUs", "projected throughput (samples/s)", "measured throughput (samples/s)", "runs",
               "projected efficiency", "measured efficiency", "measured / projected"]
-    body = [[str(r.gpus), _fmt(r.projected_samples_per_second, ",.0f"),
-             _fmt(r.measured_samples_per_second, ",.0f"), str(r.measured_runs),
+    body = [[str(r.gpus), fmt(r.projected_samples_per_second, ",.0f"),
+             fmt(r.measured_samples_per_second, ",.0f"), str(r.measured_runs),
              _percent(r.projected_efficiency), _percent(r.measured_efficiency),
-             _fmt(r.measured_over_projected, ".2f")] for r in rows]
-    return _table(header, body)
-
-
-# ---- time to train ----
-#
-# projected minutes(N, G) = target(G) x samples per target unit / throughput(N, G) / 60
-#                         + evaluations(G) x minutes per evaluation(N) + other minutes
-# target(G): the RCP's reference mean for global batch G (suite.cluster.rcp), in epochs (x the
-#   dataset's samples) or samples; throughput(N, G): the ring model above at per-GPU batch G / N,
-#   its X the rate table built from a measured scale (compute_rate inverts that scale's own
-#   modelled allreduce out of its measured rate); evaluations: on the measured scale's grid of
-#   evaluation points, up to the first at or past the target (BERT's rules space evaluations
-#   wider at a larger batch, so there the count is an upper bound); minutes per evaluation: the
-#   measured scale's, split over N GPUs instead of its own (the evaluation set is fixed); other
-#   minutes (start-up and gaps inside run_start..run_stop): the measured scale's, unchanged.
-
-
-def compute_rate(measured_per_gpu_rate, per_gpu_batch, gpus, scenario):
-    """Samples/s of one GPU's compute alone at per_gpu_batch, from a rate measured at `gpus` with the
-    allreduce in it: step = b / rate = compute + max((1 - overlap) t, t - compute), solved for compute
-    (the branch compute >= overlap t, the only one in which the step says what the compute is)."""
-    step = per_gpu_batch / measured_per_gpu_rate
-    allreduce = ring_allreduce_seconds(scenario.gradient_bytes, gpus, link_for(scenario, gpus)[1])
-    compute = step - (1.0 - scenario.overlap) * allreduce
-    if step < allreduce or compute <= 0:
-        raise ValueError(f"the measured step at {gpus} GPUs ({step * 1e3:.2f} ms) is shorter than the "
-                         f"modelled allreduce ({allreduce * 1e3:.2f} ms): the bus bandwidth given is too low "
-                         f"for what was measured")
-    return per_gpu_batch / compute
-
-
-@dataclass(frozen=True)
-class MeasuredScale:
-    """What a time-to-train projection takes from one measured scale (a timetotrain.ScaleSummary)."""
-
-    folder: str
-    benchmark: str
-    gpus: int
-    global_batch_size: int
-    samples_per_second: float  # training samples / training time
-    minutes_per_evaluation: float
-    other_minutes: float
-    first_evaluation: float  # None without two distinct evaluation points
-    evaluation_interval: float
-    evaluations: float
-    samples_per_epoch: float  # None for a benchmark counted in samples
-
-
-def measured_scale(summary, gpus):
-    """The MeasuredScale of a timetotrain.ScaleSummary, at `gpus` GPUs."""
-    first, interval = timetotrain.evaluation_grid(summary)
-    epochs = summary.target_epochs
-    return MeasuredScale(
-        folder=summary.folder, benchmark=summary.benchmark, gpus=gpus,
-        global_batch_size=summary.global_batch_size, samples_per_second=summary.samples_per_second,
-        minutes_per_evaluation=summary.minutes_per_evaluation, other_minutes=summary.other_minutes,
-        first_evaluation=first, evaluation_interval=interval, evaluations=summary.evaluations,
-        samples_per_epoch=summary.target_samples / epochs if epochs else None)
-
-
-@dataclass(frozen=True)
-class TimeToTrain:
-    """A projected time to train at one (GPUs, global batch); None figures where no RCP covers the batch."""
-
-    gpus: int
-    global_batch_size: int
-    per_gpu_batch: float
-    rcp_source: str
-    rcp_note: str
-    rcp_target: float  # epochs or samples, in rcp_unit
-    rcp_unit: str
-    projected_samples_per_second: float
-    projected_training_minutes: float
-    projected_evaluation_count: int
-    projected_evaluation_minutes: float
-    projected_other_minutes: float
-    projected_minutes: float
-
-    def record(self):
-        """The JSON record: every figure with its unit in its name."""
-        fields = asdict(self)
-        target, unit = fields.pop("rcp_target"), fields.pop("rcp_unit")
-        fields[f"rcp_target_{unit}"] = target
-        return fields
-
-
-def scenario_for(measured, template, extra_rates=()):
-    """template (a Scenario) with the measured scale's per-GPU batch and compute rate as its table;
-    extra_rates ((per-GPU batch, samples/s of compute alone), ...) add points, and win at the same batch."""
-    batch = measured.global_batch_size / measured.gpus
-    if batch != int(batch):
-        raise ValueError(f"{measured.folder}: global batch {measured.global_batch_size} does not split over "
-                         f"{measured.gpus} GPUs")
-    batch = int(batch)
-    rate = compute_rate(measured.samples_per_second / measured.gpus, batch, measured.gpus, template)
-    table = tuple(sorted({batch: rate, **dict(extra_rates)}.items()))
-    return replace(template, per_gpu_throughput=rate, per_gpu_batch=batch, global_batch=0,
-                   rate_table=table).validate()
-
-
-def project_time_to_train(measured, scenario, gpus, global_batch, ruleset):
-    """The TimeToTrain at `gpus` GPUs and `global_batch`, from a MeasuredScale and its scenario_for."""
-    from suite.cluster import rcp  # the RCP checker loads scipy: only a time-to-train projection needs it
-    found = rcp.lookup(measured.benchmark, ruleset, global_batch)
-    empty = dict(rcp_target=None, projected_samples_per_second=None, projected_training_minutes=None,
-                 projected_evaluation_count=None, projected_evaluation_minutes=None,
-                 projected_other_minutes=None, projected_minutes=None)
-    common = dict(gpus=gpus, global_batch_size=global_batch, per_gpu_batch=global_batch / gpus,
-                  rcp_source=found.source, rcp_note=found.note, rcp_unit=found.unit)
-    if found.mean is None:
-        return TimeToTrain(**common, **empty)
-    samples = found.mean * (measured.samples_per_epoch or 1.0)  # a samples benchmark's mean is samples
-    rate = project(replace(scenario, global_batch=global_batch), [gpus]).point(gpus).samples_per_second
-    training = samples / rate / 60.0
-    count = evaluations_to(found.mean, measured)
-    evaluation = count * measured.minutes_per_evaluation * measured.gpus / gpus
-    return TimeToTrain(**common, rcp_target=found.mean, projected_samples_per_second=rate,
-                       projected_training_minutes=training, projected_evaluation_count=count,
-                       projected_evaluation_minutes=evaluation,
-                       projected_other_minutes=measured.other_minutes,
-                       projected_minutes=training + evaluation + measured.other_minutes)
-
-
-def evaluations_to(target, measured):
-    """Evaluations on the measured grid up to the first at or past `target` (its own count without a grid)."""
-    if measured.first_evaluation is None:
-        return round(measured.evaluations)
-    return max(0, math.ceil((target - measured.first_evaluation) / measured.evaluation_interval)) + 1
-
-
-def format_time_to_train(measured, scenario, points):
-    """Markdown: a title naming what was measured, a table of projected figures, a line per batch no
-    RCP covers."""
-    unit = points[0].rcp_unit
-    title = (f"Projected time to train (not measured) from {measured.folder}: measured at "
-             f"{_gpus(measured.gpus)}, global batch {measured.global_batch_size}, "
-             f"{measured.samples_per_second:,.0f} samples/s in training, "
-             f"{measured.minutes_per_evaluation:.3f} min per evaluation, {measured.other_minutes:.3f} min "
-             f"other; throughput by the ring model for {describe(scenario)}; {unit} to target from the RCP "
-             f"tables.")
-    header = ["GPUs", "global batch", "per-GPU batch", f"RCP {unit} to target",
-              "projected throughput (samples/s)", "projected training (min)", "projected evaluations",
-              "projected evaluation (min)", "projected other (min)", "projected time to train (min)"]
-    target_spec = ",.2f" if unit == "epochs" else ",.0f"
-    rows = [[str(p.gpus), str(p.global_batch_size), f"{p.per_gpu_batch:g}",
-             _fmt(p.rcp_target, target_spec), _fmt(p.projected_samples_per_second, ",.0f"),
-             _fmt(p.projected_training_minutes, ".2f"), _fmt(p.projected_evaluation_count, "d"),
-             _fmt(p.projected_evaluation_minutes, ".3f"), _fmt(p.projected_other_minutes, ".3f"),
-             _fmt(p.projected_minutes, ".2f")] for p in points]
-    notes = sorted({f"global batch {p.global_batch_size}: {p.rcp_note}" for p in points if p.rcp_note})
-    return "\n".join([title, "", _table(header, rows), *([""] + notes if notes else [])])
-
-
-# ---- command line ----
-
-class UsageError(ValueError):
-    """A flag value the projection cannot use."""
-
-
-class _Parser(argparse.ArgumentParser):
-    # One line instead of argparse's usage block.
-    def error(self, message):
-        raise UsageError(message)
-
-
-FROM_RESULTS_BUSBW_GBPS = 185.0  # the digest's OCI pass mark for 2 A100 nodes (§4), when --busbw is not given
-# The gradient each MLPerf benchmark allreduces, by the model whose parameter count gives it.
-BENCHMARK_MODELS = {"resnet": "resnet50", "bert": "bert-large"}
-REQUIRED_WITHOUT_RESULTS = ("--per-gpu-throughput", "--per-gpu-batch", "--busbw")
-
-
-def build_parser():
-    parser = _Parser(prog="python -m suite.cluster.scaling",
-                     description="Project step time, throughput and scaling efficiency at several GPU "
-                                 "counts from a ring-allreduce cost model, or, with --from-results, the time "
-                                 "to train from a measured results folder (figures are projected, not "
-                                 "measured).")
-    parser.add_argument("--model", choices=sorted(MODEL_PARAMS),
-                        help="gradient size from the model's parameter count (default resnet50, or the "
-                             "benchmark's model with --from-results)")
-    parser.add_argument("--params", type=int, help="parameter count instead of the model's")
-    parser.add_argument("--gradient-bytes", type=int, help="bytes allreduced per step, overriding the rest")
-    parser.add_argument("--fp16-gradients", action="store_true", help="2-byte gradients (fp16 allreduce)")
-    parser.add_argument("--per-gpu-throughput", type=float,
-                        help="samples/s of one GPU at --per-gpu-batch, without communication (required "
-                             "without --from-results)")
-    parser.add_argument("--per-gpu-batch", type=int,
-                        help="the per-GPU batch --per-gpu-throughput was measured at (required without "
-                             "--from-results)")
-    parser.add_argument("--global-batch", type=int, nargs="+",
-                        help="strong scaling: keep this global batch, per-GPU batch = it / GPUs (default: "
-                             "weak scaling at --per-gpu-batch); with --from-results, one or more global "
-                             "batches to project at (default: weak scaling at the measured per-GPU batch)")
-    parser.add_argument("--busbw", type=float,
-                        help=f"per-node bus bandwidth across nodes, GB/s (e.g. 185 on OCI GM4.8; required "
-                             f"without --from-results, {FROM_RESULTS_BUSBW_GBPS:g} with it)")
-    parser.add_argument("--nvlink-busbw", type=float, default=NVLINK_BUSBW_GBPS,
-                        help=f"bus bandwidth inside one node, GB/s (default {NVLINK_BUSBW_GBPS:g})")
-    parser.add_argument("--gpus-per-node", type=int,
-                        help="default 8, or the system description's accelerators_per_node with "
-                             "--from-results")
-    parser.add_argument("--overlap", type=float, default=0.0,
-                        help="share of the allreduce hidden behind backprop, 0..1 (default 0)")
-    parser.add_argument("--gpus", type=int, nargs="+", default=[8, 16, 32], help="scales (default 8 16 32)")
-    parser.add_argument("--measured", metavar="JSON",
-                        help="measured rows ([{gpus, samples_per_second}, ...]) to print beside")
-    parser.add_argument("--json", metavar="PATH", help="also write the projection as JSON")
-    measured = parser.add_argument_group("time to train from measured results")
-    measured.add_argument("--from-results", metavar="DIR",
-                          help="an MLPerf results folder (results/<system>/<benchmark>/result_*.txt: a sweep "
-                               "scale's or a published one) to project the time to train from")
-    measured.add_argument("--source-gpus", type=int,
-                          help="GPUs of that folder's runs (default: its systems/<system>.json)")
-    measured.add_argument("--ruleset", default="2.1.0",
-                          help="MLPerf Training ruleset whose RCP tables give the epochs or samples to "
-                               "target (default 2.1.0)")
-    measured.add_argument("--per-gpu-rate", metavar="BATCH=SAMPLES_PER_SECOND", nargs="+", default=[],
-                          help="more measured points of one GPU's samples/s without communication, by "
-                               "per-GPU batch, interpolated between (strong scaling shrinks the per-GPU "
-                               "batch)")
-    return parser
-
-
-def scenario_from_args(args):
-    model = args.model or "resnet50"
-    params = args.params if args.params is not None else MODEL_PARAMS[model]
-    nbytes = args.gradient_bytes
-    if nbytes is None:
-        nbytes = gradient_bytes(params, args.fp16_gradients)
-    global_batch = args.global_batch or [0]
-    if len(global_batch) > 1:
-        raise UsageError("one --global-batch without --from-results")
-    return Scenario(model=model, per_gpu_throughput=args.per_gpu_throughput,
-                    per_gpu_batch=args.per_gpu_batch, gradient_bytes=nbytes, busbw_gbps=args.busbw,
-                    nvlink_busbw_gbps=args.nvlink_busbw,
-                    gpus_per_node=args.gpus_per_node or 8, overlap=args.overlap, global_batch=global_batch[0])
-
-
-def _load_measured(path):
-    with open(path) as handle:
-        data = json.load(handle)
-    return data["rows"] if isinstance(data, dict) else data
-
-
-def _write_json(path, projection, beside):
-    with open(path, "w") as handle:
-        json.dump({"note": "projected by suite.cluster.scaling, not measured",
-                   "scenario": asdict(projection.scenario), "points": [asdict(p) for p in projection.points],
-                   "beside_measured": [asdict(r) for r in beside] if beside else None}, handle, indent=2)
-        handle.write("\n")
-
-
-def _throughput_main(args):
-    missing = [flag for flag in REQUIRED_WITHOUT_RESULTS if getattr(args, flag[2:].replace("-", "_")) is None]
-    if missing:
-        raise UsageError(f"the following arguments are required: {', '.join(missing)}")
-    projection = project(scenario_from_args(args), args.gpus)
-    beside = beside_measured(projection, _load_measured(args.measured)) if args.measured else None
-    if args.json:
-        _write_json(args.json, projection, beside)
-    text = format_markdown(projection)
-    if beside is not None:
-        text += "\n\nProjected beside measured:\n\n" + format_beside_markdown(beside)
-    return text
-
-
-def _per_gpu_rates(values):
-    rates = []
-    for value in values:
-        try:
-            batch, rate = value.split("=")
-            rates.append((int(batch), float(rate)))
-        except ValueError:
-            raise UsageError(f"--per-gpu-rate takes BATCH=SAMPLES_PER_SECOND, not {value!r}") from None
-    return rates
-
-
-def _from_results_main(args):
-    from suite.cluster import results_folder  # its compliance checker loads YAML rules: only this needs it
-    for flag in ("per_gpu_throughput", "per_gpu_batch", "measured"):
-        if getattr(args, flag) is not None:
-            raise UsageError(f"--{flag.replace('_', '-')} is not used with --from-results (--per-gpu-rate "
-                             f"adds measured rates)")
-    folder = results_folder.read_folder(args.from_results, ruleset=args.ruleset, gpus=args.source_gpus)
-    if folder.gpus is None:
-        raise ValueError(f"{folder.path}: its GPU count is unknown (no "
-                         f"{results_folder.system_description_path(folder.path, folder.system)}): give "
-                         f"--source-gpus")
-    measured = measured_scale(timetotrain.summarize(folder), folder.gpus)
-    model = args.model or BENCHMARK_MODELS.get(folder.benchmark)
-    if model is None and args.params is None and args.gradient_bytes is None:
-        raise UsageError(f"no gradient size known for benchmark {folder.benchmark!r}: give --params or "
-                         f"--gradient-bytes")
-    params = args.params if args.params is not None else MODEL_PARAMS.get(model)
-    template = Scenario(
-        model=model or folder.benchmark, per_gpu_throughput=1.0, per_gpu_batch=1,
-        gradient_bytes=args.gradient_bytes or gradient_bytes(params, args.fp16_gradients),
-        busbw_gbps=args.busbw if args.busbw is not None else FROM_RESULTS_BUSBW_GBPS,
-        nvlink_busbw_gbps=args.nvlink_busbw, gpus_per_node=args.gpus_per_node or folder.gpus_per_node or 8,
-        overlap=args.overlap).validate()
-    scenario = scenario_for(measured, template, _per_gpu_rates(args.per_gpu_rate))
-    if any(not isinstance(n, int) or n < 1 for n in args.gpus):
-        raise ValueError(f"GPU counts must be positive integers, not {args.gpus!r}")
-    per_gpu = scenario.per_gpu_batch
-    points = [project_time_to_train(measured, scenario, n, batch, args.ruleset)
-              for n in args.gpus for batch in (args.global_batch or [per_gpu * n])]
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump([point.record() for point in points], handle, indent=2)
-            handle.write("\n")
-    return format_time_to_train(measured, scenario, points)
-
-
-def main(argv=None):
-    """Prints the projection (and measured rows beside it); returns the exit code."""
-    try:
-        args = build_parser().parse_args(argv)
-        text = _from_results_main(args) if args.from_results else _throughput_main(args)
-    except (UsageError, ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+             fmt(r.measured_over_projected, ".2f")] for r in rows]
+    return markdown_table(header, body)

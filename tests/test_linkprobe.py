@@ -1,0 +1,99 @@
+"""The link probe's verdict from its agents' answers, and the agents themselves on this machine's loopback."""
+import threading
+
+import pytest
+
+from suite.cluster import linkprobe
+from suite.common import linkverdict, profiles
+
+HOSTS = ["a", "b", "c", "d"]
+
+
+def answers(rate_gbits, slow=None, slow_gbits=0.1):
+    """What four agents say after both rounds: every transfer at rate_gbits, those to or from `slow` at
+    slow_gbits (a degraded cable both ways)."""
+    found = {host: {"host": host, "received": [], "errors": []} for host in HOSTS}
+    for round_number, step in enumerate((1, -1)):
+        for index, host in enumerate(HOSTS):
+            target = HOSTS[(index + step) % len(HOSTS)]
+            gbits = slow_gbits if slow in (host, target) else rate_gbits
+            found[target]["received"].append({"round": round_number, "from": index, "seconds": 1.0,
+                                              "bytes": gbits * 1e9 / 8})
+    return found
+
+
+def test_an_even_cluster_names_no_host():
+    record, lines = linkprobe.verdict(HOSTS, answers(5.0))
+    assert lines == [] and record["slow_hosts"] == []
+    assert all(h["send_gbits"] == pytest.approx(5.0) for h in record["hosts"].values())
+
+
+def test_a_slow_cable_names_its_host_and_not_its_neighbours():
+    record, lines = linkprobe.verdict(HOSTS, answers(5.0, slow="c"))
+    assert record["slow_hosts"] == ["c"]
+    assert len(lines) == 1 and lines[0].startswith("host c: its link measured 0.1 Gbit/s")
+    assert "50% of its peers' median 5 Gbit/s" in lines[0]
+
+
+def test_the_profiles_figure_is_the_bar_when_it_has_one():
+    # Every host at 5 Gbit/s against 100 expected: all named; at 90 against 100: none.
+    _, lines = linkprobe.verdict(HOSTS, answers(5.0), expected_gbits=100)
+    assert [line.split(":")[0] for line in lines] == [f"host {h}" for h in HOSTS]
+    assert "80% of the profile's 100 Gbit/s" in lines[0]
+    assert linkprobe.verdict(HOSTS, answers(90.0), expected_gbits=100)[1] == []
+
+
+def test_a_host_without_an_answer_is_named_with_why():
+    found = answers(5.0)
+    found["b"] = None
+    record, lines = linkprobe.verdict(HOSTS, found, failures={"b": "no answer within 27 s"})
+    assert record["slow_hosts"] == ["b"]
+    assert lines == ["host b: the link probe got no answer from it (no answer within 27 s)"]
+
+
+def test_three_agents_on_loopback_measure_every_direction():
+    listeners = [linkprobe.listen(0) for _ in range(3)]
+    ports = [listener.getsockname()[1] for listener in listeners]
+    names = ["localhost"] * 3
+    found = {}
+
+    def run(index):
+        found[f"h{index}"] = {**linkprobe.agent(names, index, listeners[index], ports, seconds=0.3),
+                              "host": f"h{index}"}
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert all(not answer["errors"] for answer in found.values()), found
+    assert sorted(row["from"] for row in found["h1"]["received"]) == [0, 2]
+    record, _ = linkprobe.verdict(["h0", "h1", "h2"], found)
+    assert all(h["send_gbits"] > 0 and h["receive_gbits"] > 0 for h in record["hosts"].values())
+
+
+def test_an_unreachable_peer_is_an_error_within_the_connect_bound():
+    listener = linkprobe.listen(0)
+    closed = linkprobe.listen(0)
+    dead_port = closed.getsockname()[1]
+    closed.close()
+    answer = linkprobe.agent(["localhost", "localhost"], 0, listener, [0, dead_port], seconds=0.2,
+                             connect_seconds=1)
+    assert any(f"cannot reach localhost:{dead_port}" in error for error in answer["errors"]), answer
+
+
+def test_the_verdict_survives_the_trip_through_the_environment():
+    record, _ = linkprobe.verdict(HOSTS, answers(5.0, slow="d"))
+    value = linkverdict.to_environment(record)
+    assert linkverdict.from_environment({linkverdict.VARIABLE: value}) == record
+    assert linkverdict.from_environment({}) is None
+    assert linkverdict.from_environment({linkverdict.VARIABLE: "not base64 json"}) is None
+
+
+@pytest.mark.parametrize("value, said", [("-1", "must be a positive number"),
+                                         ("fast", "must be int or float")])
+def test_a_bad_expected_link_rate_is_named(value, said, tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: p\nversion: 1\ndescription: d\ngpus_per_node: 0\nexpected_link_gbits: {value}\n")
+    with pytest.raises(profiles.ProfileError, match=f"expected_link_gbits {said}"):
+        profiles.load(str(path))
