@@ -11,7 +11,7 @@ from published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
 from suite.cluster import rcp, report
 from suite.common import timetotrain
 from suite.cluster.results_folder import read_folder
-from test_report import make_sweep, one_line_error, report_cli, snapshot, table_with
+from test_report import SUBMITTER, make_sweep, one_line_error, report_cli, snapshot, table_with
 from test_results_folder import summarizer_arithmetic
 
 
@@ -76,6 +76,12 @@ def test_compare_alone_has_the_table_and_one_plot_per_benchmark(compared):
 
 def test_compare_beside_a_sweep(tmp_path):
     folder = make_sweep(str(tmp_path / "sweep"))
+    # The sweep describes its CPU systems as it does (suite/cluster/sweep/submission.py): no accelerators.
+    for np in (1, 2):
+        path = os.path.join(folder, SUBMITTER, "systems", f"test_n1_np{np}.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            json.dump({"number_of_nodes": "1", "accelerators_per_node": "0"}, handle)
     assert report.main([folder, "--compare", DELL_8[0]]) == 0
     with open(os.path.join(folder, "report", "report.json")) as handle:
         record = json.load(handle)

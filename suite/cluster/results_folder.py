@@ -95,7 +95,14 @@ def read_folder(folder, ruleset=DEFAULT_RULESET, gpus=None, compliance=False):
     runs = tuple(results.run_from_events(path, results.parsed_events(path, ruleset)) for path in paths)
     _check_alike(folder, runs)
     system = os.path.basename(os.path.dirname(folder))
-    found_gpus, per_node = _system_gpus(folder, system)
+    try:
+        found_gpus, per_node = _system_gpus(folder, system)
+    except FolderError:
+        if gpus is None:
+            raise
+        # The caller knows the count: a description that gives none (a CPU sweep's zero accelerators)
+        # is no obstacle.
+        found_gpus, per_node = None, None
     rejected = tuple(_rejections(paths, ruleset)) if compliance else ()
     return ResultsFolder(path=folder, system=system, benchmark=runs[0].benchmark, ruleset=ruleset, runs=runs,
                          gpus=gpus if gpus is not None else found_gpus, gpus_per_node=per_node,
