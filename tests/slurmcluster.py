@@ -52,8 +52,9 @@ def unavailable(err):
 class SlurmCluster:
     """One Slurm cluster whose nodes are the hosts of `hosts`; partition PARTITION holds them all."""
 
-    def __init__(self, hosts, workdir):
+    def __init__(self, hosts, workdir, conf_extra=""):
         self.hosts = hosts
+        self.conf_extra = conf_extra  # slurm.conf lines a test needs besides the usual ones
         self.nodes = list(hosts.names)
         self.login = self.nodes[0]  # the controller's host, and where clients run
         self.dir = str(workdir)
@@ -127,7 +128,7 @@ class SlurmCluster:
                 os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))
         with open(self.conf, "w") as handle:
             handle.write(slurm_conf(self.dir, self.login, self.nodes, self.hosts.addresses,
-                                    self.munge_socket))
+                                    self.munge_socket) + self.conf_extra)
         etc = os.path.dirname(self.conf)
         with open(os.path.join(etc, "cgroup.conf"), "w") as handle:
             # `ip netns exec` mounts a /sys without cgroups, and slurmd 22.05 loads a cgroup plugin
@@ -179,6 +180,10 @@ class SlurmCluster:
                     if lines:
                         tails.append(f"{each}: {' | '.join(lines[-3:])}")
         return "; ".join(tails)[-1500:]
+
+    def daemon(self, name):
+        """The Popen of a daemon this cluster started (munged, slurmctld, slurmd-<node>)."""
+        return next(daemon for each, daemon in self._daemons if each == name)
 
     # ---- using the cluster ----
 

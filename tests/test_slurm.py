@@ -8,6 +8,7 @@ before any rank starts. The suite has no command that submits (deploy renders, t
 sbatch), so the submit-side cases test what sbatch itself says.
 """
 import os
+import re
 import shlex
 import signal
 import sys
@@ -277,6 +278,42 @@ def test_a_launch_on_more_nodes_than_its_allocation_is_named_before_srun(slurm, 
 
 def queued(slurm):
     return slurm.client(["squeue", "--noheader", "--format=%i %j"]).stdout.split()
+
+
+# A node is declared down this long after its slurmd stops answering (Slurm's default is 300 s).
+SLURMD_TIMEOUT_SECONDS = 10
+
+
+def test_a_node_that_drops_out_ends_the_job_and_is_named(tmp_path):
+    """slurmd killed on the second node mid-job, on a cluster of the test's own (the session's keeps
+    its nodes): Slurm declares the node down, ends the job NODE_FAIL, and names the node."""
+    from twohosts import ClusterUnavailable, TwoHosts
+    try:
+        # JobRequeue=0: the batch job ends on the node failure instead of waiting to run again.
+        conf = f"SlurmdTimeout={SLURMD_TIMEOUT_SECONDS}\nJobRequeue=0\n"
+        with TwoHosts(tmp_path / "hosts", prefix="mlsn") as hosts, \
+                SlurmCluster(hosts, tmp_path / "slurm", conf_extra=conf) as slurm:
+            job = submit(slurm, write_script(tmp_path / "sleep.sbatch", [["srun", "sleep", "300"]]))
+            slurm.wait(job.id, timeout=30, states=("RUNNING",))
+            second = slurm.nodes[1]
+            wait_for(lambda: len(processes_named("sleep", tmp_path)) == NODES, 30, "both tasks")
+            since = time.monotonic()
+            slurmd = slurm.daemon(f"slurmd-{second}")
+            slurmd.kill()
+            slurmd.wait()
+            record = slurm.wait(job.id, timeout=SLURMD_TIMEOUT_SECONDS * 3 + 30)
+            elapsed = time.monotonic() - since
+            shown = slurm.client(["scontrol", "show", "node", "--oneliner", second]).stdout
+            node = dict(re.findall(r"(\w+)=(\S*)", shown))
+            print(f"slurmd killed on {second}: job {job.id} {record['JobState']} after {elapsed:.1f} s "
+                  f"(SlurmdTimeout={SLURMD_TIMEOUT_SECONDS}); node {node.get('State')}, "
+                  f"reason {shown.split('Reason=')[-1].strip()}")
+    except (ClusterUnavailable, SlurmUnavailable) as err:
+        unavailable(err)
+    assert record["JobState"] == "NODE_FAIL", record
+    assert node["State"].startswith("DOWN"), node
+    assert f"Node failure on {second}" in job.text() or second in record.get("Reason", ""), \
+        (record, job.text()[-2000:])
 
 
 # ---- the cluster itself ---------------------------------------------------------------------------
