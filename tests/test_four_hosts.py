@@ -5,6 +5,7 @@ The 32-rank BERT run is the expensive part (about 9 minutes and 21 GB here: 32 T
 two cores), so it runs once per test run, in a module fixture, and is asserted many ways. Everything
 else runs at 2 slots per host (8 ranks) from a copy of the same file with slots=2.
 """
+import contextlib
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from conftest import BIN, REPO, TINY, check_log, filled_hostfile, read_json, rea
 from jobs import assert_ends_closed, assert_killed_rank_named, long_training, start_long_run
 from test_bert_main import bert_data  # noqa: F401 (the session's generated BERT set)
 from test_report import table_with
+from test_sweep import ASK_FOR_TIMELINE, SUBMITTER
 from test_two_hosts import FAULT_BOUND_SECONDS, LAUNCHES, SEEN_AS
 from twohosts import LINK
 from suite.cluster import hostfile as hostfile_format
@@ -240,7 +242,7 @@ def swept(four_hosts, hostfile_2, profile, small_data, tmp_path_factory):
         "--system-info", str(info), "--", "models.resnet50", "--data-dir", small_data,
         "--set", "num_classes=4", "--set", f"epochs={SWEEP_EPOCHS}",
         "--set", f"epochs_between_evals={SWEEP_EPOCHS}"],
-        timeout=1800)
+        timeout=1800, extra_env=ASK_FOR_TIMELINE)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = on_first_host(four_hosts, [sys.executable, "-m", "suite.cluster.report", str(out)], timeout=300)
     assert report.returncode == 0, report.stderr
@@ -280,14 +282,18 @@ def test_the_sweep_report_has_every_hosts_link(swept, four_hosts):
 
 
 @pytest.mark.slow
-def test_the_package_checker_accepts_the_four_host_sweep(swept, tmp_path):
-    from test_sweep import SUBMITTER
+def test_the_package_checkers_verdict_on_the_four_host_sweep(swept, tmp_path):
+    """One run per scale: the checker passes every system description and every log, and refuses the
+    folder for its run count alone (ResNet-50 wants 5 logs a system)."""
     result = run([sys.executable, "-m", "mlperf_logging.package_checker", str(swept / SUBMITTER), "training",
                   "2.1.0", "--log_output", str(tmp_path / "package_checker.log")], timeout=300)
     output = result.stdout + result.stderr
-    assert result.returncode == 0 and "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in output, output[-3000:]
     for system in sweep_systems():
         assert f"System description checker passed for {system}" in output
+    errors = [line for line in output.splitlines() if line.lstrip().startswith("ERROR")]
+    assert errors and all("Incorrect number of files in dir" in line and "found 1, expected 5" in line
+                          for line in errors), output[-3000:]
+    assert len(errors) == len(sweep_systems())
 
 
 # ---- the slow host named: the link probe ----------------------------------------------------------
@@ -351,8 +357,9 @@ def test_the_profiles_expected_link_rate_names_the_host_and_require_links_stops_
     third, mbit = third_host_shaped
     expecting = tmp_path / "expecting.yaml"
     with open(profile) as handle:
-        # What the unshaped hosts reach; 80 % of it is the bar, which the shaped host misses by far.
-        expecting.write_text(handle.read() + f"expected_link_gbits: {5 * mbit / 1000:.4f}\n")
+        # Twice what the shaped host gets, a fifth of the unshaped ones' slowest: its 80 % is missed by
+        # the shaped host alone, whatever the machine's noise does to the others.
+        expecting.write_text(handle.read() + f"expected_link_gbits: {2 * mbit / 1000:.4f}\n")
     run_dir = tmp_path / "run"
     result = on_first_host(four_hosts, [
         sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile_2, "--profile", str(expecting),
@@ -389,12 +396,14 @@ def test_a_hung_probe_on_a_host_is_named_within_its_bound(four_hosts, hostfile_2
         out, err = job.communicate(timeout=120)
     finally:
         for pid in stopped:
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # ended with its SSH session already
+                os.kill(pid, signal.SIGKILL)
         if job.poll() is None:
             job.kill()
     elapsed = time.monotonic() - start
     assert stopped, "the fourth host's agent never started"
-    bound = linkprobe.CONNECT_SECONDS + 2 * linkprobe.ROUND_SECONDS + 15 + 30  # + the SSH host check
+    rounds = len(linkprobe.offsets(len(four_hosts.names)))
+    bound = linkprobe.CONNECT_SECONDS + rounds * linkprobe.ROUND_SECONDS + 15 + 30  # + the SSH host check
     assert elapsed < bound, elapsed
     warnings = [line for line in err.splitlines() if line.startswith("warning: link probe: ")]
     assert len(warnings) == 1 and f"host {fourth}: the link probe got no answer from it" in warnings[0], err

@@ -546,15 +546,20 @@ def check_hosts(plan, args, verbose):
     return check_links(plan, args, verbose) if len(plan.hosts) > 1 else 0
 
 
-def check_links(plan, args, verbose):
-    """The link probe of every host against its ring neighbours; a named host warns, or stops the launch
-    with --require-links. The verdict goes to the ranks, which keep it in env.json."""
+def probe_links(plan, python):
+    """(the verdict for env.json, one line per named host) of the link probe of every host of the plan."""
     names = [host.name for host in plan.hosts]
     directory = os.getcwd()
     answers, failures = linkprobe.probe_hosts(
-        names, lambda host, argv: preflight.start_on(host, argv, directory), python=args.python)
+        names, lambda host, argv: preflight.start_on(host, argv, directory), python=python)
     expected = plan.profile.expected_link_gbits if plan.profile is not None else None
-    links, lines = linkprobe.verdict(names, answers, expected, failures)
+    return linkprobe.verdict(names, answers, expected, failures)
+
+
+def check_links(plan, args, verbose):
+    """The link probe of every host against its ring neighbours; a named host warns, or stops the launch
+    with --require-links. The verdict goes to the ranks, which keep it in env.json."""
+    links, lines = probe_links(plan, args.python)
     if verbose:
         for name, figures in links["hosts"].items():
             print(f"link {name}: " + ", ".join(

@@ -1,19 +1,22 @@
-"""Which host's link is slow: every host against its two ring neighbours, over TCP, in two rounds.
+"""Which host's link is slow: every host against three peers of the ring, over TCP, in rounds.
 
 The job-wide allreduce probe says how fast the job's network is; one slow link lowers it and it cannot
-say where. Here each host runs an agent (over SSH, started at once on all hosts): in round 0 every
-host sends to the next host of the ring for a fixed time while receiving from the previous one; in
-round 1 the other way round. Why the ring and not every pair: the rounds run all hosts at once, so
-the probe costs two rounds whatever the number of hosts (pairs in rounds cost N-1 of them), yet each
-host's sending and receiving are measured against two different peers. A host is named only when
-both of its peers see it slow in that direction, so a slow host does not drag its neighbours in;
-with two hosts the two peers are one, and a slow direction names the host that sent (or received) it.
+say where. Here each host runs an agent (over SSH, started at once on all hosts). In each round every
+host sends to the host at a fixed offset along the ring for a fixed time while receiving from the
+host at the same offset behind it: offsets +1, -1 and +2 (its two neighbours and the host across),
+fewer where the ring is smaller. Why this and not every pair: all hosts run each round at once, so
+the probe costs three rounds whatever the number of hosts (every pair in rounds costs N-1 of them),
+yet each host's sending and its receiving are measured against up to three different peers. A host's
+figure in a direction is the best of its peers', so it is named only when every peer sees it slow:
+a slow host does not drag its neighbours in, and one transfer slowed by the machine's own noise (a
+busy core) does not name a host. With two hosts the peers are one, and a slow direction names the
+host that sent (or received) it.
 
-A host's rate is the receiver's count of bytes over the time they took (what the sender's kernel
-buffered but never delivered does not count). It is named when its slower direction is below
+A transfer's rate is the receiver's count of bytes over the time they took (what the sender's kernel
+buffered but never delivered does not count). A host is named when its slower direction is below
 WARN_BELOW of the profile's expected_link_gbits, or, without that figure, below PEER_FRACTION of the
 median of its peers. A host whose agent does not answer (unreachable, a hung probe) is named too,
-within connect_seconds + 2 rounds + a margin.
+within connect_seconds + the rounds + a margin.
 """
 import argparse
 import json
@@ -46,22 +49,30 @@ def agent(hosts, index, listener, ports, seconds=ROUND_SECONDS, connect_seconds=
 
     Returns {"host", "received": [{round, from, bytes, seconds}], "errors"}.
     """
-    count = len(hosts)
+    rounds = offsets(len(hosts))
     received, errors = [], []
-    listener.settimeout(connect_seconds + 2 * seconds + 5)
+    listener.settimeout(connect_seconds + len(rounds) * seconds + 5)
     receivers = [threading.Thread(target=_receive, args=(listener, received, errors), daemon=True)
-                 for _ in range(2)]
+                 for _ in rounds]
     for thread in receivers:
         thread.start()
-    for round_number, step in enumerate((1, -1)):
-        target = (index + step) % count
-        if target == index:
-            continue
+    for round_number, offset in enumerate(rounds):
+        target = (index + offset) % len(hosts)
         _send(hosts[target], ports[target], round_number, index, seconds, connect_seconds, errors)
     for thread in receivers:
-        thread.join(timeout=connect_seconds + 2 * seconds + 10)
+        thread.join(timeout=connect_seconds + len(rounds) * seconds + 10)
     listener.close()
     return {"host": hosts[index], "received": received, "errors": errors}
+
+
+def offsets(count):
+    """The rounds' offsets along a ring of `count` hosts: +1, -1, +2, each distinct peer once."""
+    found = []
+    for offset in (1, -1, 2):
+        offset %= count
+        if offset and offset not in found:
+            found.append(offset)
+    return found
 
 
 def _send(host, port, round_number, index, seconds, connect_seconds, errors):
@@ -121,7 +132,7 @@ def _read_exactly(connection, size):
 # ---- the verdict, where the agents' answers come together -----------------------------------------
 
 def rates(hosts, answers):
-    """{host: {"send_gbits", "receive_gbits"}}: each direction's best figure over its two peers."""
+    """{host: {"send_gbits", "receive_gbits"}}: each direction's best figure over its peers."""
     found = {host: {"send": [], "receive": []} for host in hosts}
     for answer in answers.values():
         for row in answer["received"] if answer else []:
@@ -154,7 +165,8 @@ def verdict(hosts, answers, expected_gbits=None, failures=None):
         lines.append(f"host {host}: its link measured {rate:.3g} Gbit/s {direction}, below {bar:.3g} Gbit/s "
                      f"({against})")
         slow.append(host)
-    record = {"method": "ring neighbours, 2 rounds", "expected_link_gbits": expected_gbits,
+    record = {"method": f"ring peers at offsets {offsets(len(hosts))}, a round each",
+              "expected_link_gbits": expected_gbits,
               "hosts": {host: {**measured[host], "named": host in slow} for host in hosts},
               "slow_hosts": slow, "lines": lines}
     return record, lines
@@ -185,7 +197,7 @@ def probe_hosts(hosts, start, python=sys.executable, port=DEFAULT_PORT, seconds=
     Returns (answers, failures) as verdict() takes them; an agent silent past the bound is killed.
     """
     import subprocess
-    bound = connect_seconds + 2 * seconds + 15
+    bound = connect_seconds + len(offsets(len(hosts))) * seconds + 15
     jobs = {host: start(host, agent_command(python, hosts, index, port, seconds, connect_seconds))
             for index, host in enumerate(hosts)}
     answers, failures, deadline = {}, {}, time.monotonic() + bound

@@ -12,8 +12,8 @@ def links_section(data):
     if not rows:
         return []
     named = sorted({row[2] for row in rows if row[-1] != "ok"})
-    intro = ("Before each multi-host launch every host sent to and received from its two ring neighbours "
-             "over TCP (two rounds); a host's figure is the best of its two peers in each direction, and "
+    intro = ("Before each multi-host launch every host sent to and received from up to three peers of the "
+             "ring over TCP (a round each); a host's figure is the best of its peers in each direction, and "
              "it is named when its slower direction falls below the profile's expected_link_gbits (80 % "
              "of it) or half its peers' median. ")
     intro += (f"Named: {', '.join(named)}." if named else "No host was named.")

@@ -81,6 +81,8 @@ class Scale:
     preset: str
     system: str
     launch_args: argparse.Namespace = field(repr=False, default=None)
+    # The link probe's verdict for the scale's hosts, handed to its runs (suite.common.linkverdict).
+    link_env: dict = field(repr=False, default_factory=dict)
 
     @property
     def nodes(self):

@@ -10,7 +10,7 @@ from suite.cluster import guardian, launch, preflight
 from suite.cluster.sweep import rates, rcp_check, submission
 from suite.cluster.sweep.planning import (SweepError, allreduce_command, allreduce_json, model_command,
                                           result_path, run_dir, too_few_runs, with_record)
-from suite.common import results, runfiles
+from suite.common import linkverdict, results, runfiles
 
 MANIFEST = "sweep.json"
 
@@ -112,6 +112,11 @@ def _check_hosts(sweep, scale):
         more = f" (and {len(problems) - 1} more: python -m suite.cluster.launch --check-hosts lists them)" \
             if len(problems) > 1 else ""
         raise SweepError(f"scale {scale.system}: {problems[0]}{more}")
+    if len(plan.hosts) > 1:
+        links, lines = launch.probe_links(plan, args.python)
+        for line in lines:
+            print(f"warning: link probe, scale {scale.system}: {line}", file=sys.stderr, flush=True)
+        scale.link_env = {linkverdict.VARIABLE: linkverdict.to_environment(links)}
 
 
 def _one_run(sweep, scale, index, manifest, say, counter):
@@ -165,6 +170,7 @@ def _launch_run(sweep, scale, index, record, manifest, say, counter):
     directory = run_dir(sweep, scale, index)
     os.makedirs(directory)
     plan = launch.plan_launch(with_record(scale.launch_args, directory), model_command(sweep, scale, index))
+    plan.env.update(scale.link_env)
     record.update(status="running", attempts=record["attempts"] + 1, started=_now(), exit_code=None)
     save(sweep, manifest)
     launch.record(plan, directory, dry_run=False)
