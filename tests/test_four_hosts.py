@@ -27,6 +27,9 @@ from twohosts import LINK
 from suite.cluster import hostfile as hostfile_format
 from suite.cluster.launch import FQDN_VARIABLE
 
+# Every test here needs the four namespace hosts (or runs ranks on them): none belongs in make test-fast.
+pytestmark = pytest.mark.slow
+
 # BERT tiny's gradients are a few MB a step and the run takes hundreds of steps: every host's link
 # carries far more than this both ways; a host left out of the allreduce carries next to nothing.
 MIN_LINK_BYTES = 20 * 2**20
@@ -149,9 +152,10 @@ def profile(tmp_path_factory):
 # "aborted" (the target not reached), which the checker accepts as for any run out of budget.
 SHORT_BERT = ["--preset", "tiny_cpu", "--set", "train_steps=12", "--set", "warmup_steps=2", "--set",
               "eval_interval_samples=384", "--set", "log_every=4"]
-# Which model each 8-rank path trains: ResNet-50 under the suite's launcher, BERT under the raw ones.
+# Each 8-rank path trains BERT: its tiny preset starts and steps faster than ResNet-50's on two cores,
+# and ResNet-50 crosses the four hosts at 8 ranks in the sweep below (its 4-host scale).
 EIGHT_RANK_PATHS = {"horovodrun-mpi": "models.bert", "mpirun": "models.bert",
-                    "suite.launch": "models.resnet50"}
+                    "suite.launch": "models.bert"}
 
 
 @pytest.fixture(scope="module", params=sorted(EIGHT_RANK_PATHS))
@@ -187,7 +191,16 @@ def test_eight_ranks_two_on_each_host_train_in_step(eight_rank_run, four_hosts, 
         (host, local_rank) for host in sorted(four_hosts.names) for local_rank in range(2)]
     assert (env["launcher"], env["controller"]) == SEEN_AS[name]
     assert env["profile"]["path"] == profile
-    assert env["environment"]["HOROVOD_GLOO_IFACE"] == LINK
+    # suite.cluster.launch applies the profile before launching; under the raw launchers every rank does.
+    assert env["profile"]["applied_by"] == ("launcher" if name == "suite.launch" else "rank")
+    # One interface setting reached NCCL, Gloo and Open MPI alike, whatever the launcher probed.
+    for key in ("NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "OMPI_MCA_btl_tcp_if_include",
+                "OMPI_MCA_oob_tcp_if_include"):
+        assert env["environment"][key] == LINK, key
+    # The network check ran before run_start over four nodes, on the launch's controller, without RDMA.
+    net = env["network"]
+    assert (net["library"], net["nodes"], net["rdma"]) == (SEEN_AS[name][1], 4, False)
+    assert net["probe"]["correct"] and net["probe"]["busbw_gbps"] > 0
 
 
 @pytest.mark.slow
@@ -239,7 +252,8 @@ def swept(four_hosts, hostfile_2, profile, small_data, tmp_path_factory):
     result = on_first_host(four_hosts, [
         sys.executable, "-m", "suite.cluster.sweep", "--out", str(out), "--profile", profile, "--hostfile",
         hostfile_2, "--scales", ",".join(map(str, SWEEP_SCALES)), "--preset", "sweep_cpu", "--runs", "1",
-        "--system-info", str(info), "--", "models.resnet50", "--data-dir", small_data,
+        "--system-info", str(info), "--allreduce", "--allreduce-args",
+        "--min-bytes 64K --max-bytes 1M --iters 3", "--", "models.resnet50", "--data-dir", small_data,
         "--set", "num_classes=4", "--set", f"epochs={SWEEP_EPOCHS}",
         "--set", f"epochs_between_evals={SWEEP_EPOCHS}"],
         timeout=1800, extra_env=ASK_FOR_TIMELINE)
@@ -266,6 +280,21 @@ def test_the_sweep_report_has_three_scales_in_every_table(swept):
         assert summary["steps"] >= 20, (system, summary["steps"])
     split = markdown.split("## Where the efficiency went (measured)", 1)[1].split("\n## ", 1)[0]
     assert all(f"| {system} |" in split for system in sweep_systems()), split
+
+
+@pytest.mark.slow
+def test_the_sweep_report_has_the_allreduce_benchmark_and_the_network_check_per_scale(swept):
+    markdown = (swept / "report" / "report.md").read_text()
+    one, two, four = sweep_systems()
+    # The allreduce benchmark ran on each scale: on one host, then across two and four.
+    hosts = {(row["system"], row["hosts"]) for row in table_with(markdown, "busbw (GB/s)")}
+    assert hosts == {(one, "1"), (two, "2"), (four, "4")}
+    # The network check ran where there is a network: over MPI (the launcher's horovodrun), no RDMA.
+    network = {row["system"]: row for row in table_with(markdown, "network (per rank)")}
+    assert sorted(network) == [two, four], network
+    for row in network.values():
+        assert (row["profile"], row["carried by"], row["RDMA"]) == ("cpu-four-hosts", "mpi", "NO"), row
+        assert float(row["probe busbw (GB/s)"].split()[0]) > 0
 
 
 @pytest.mark.slow

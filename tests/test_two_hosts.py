@@ -21,7 +21,6 @@ import pytest
 
 from conftest import BIN, REPO, TINY, check_log, read_json, read_log, subprocess_env
 from jobs import assert_ends_closed, assert_killed_rank_named, long_training, start_long_run
-from test_report import table_with
 from twohosts import LINK, ClusterUnavailable, TwoHosts
 from suite.cluster import hostfile as hostfile_format
 from suite.common import profiles
@@ -171,7 +170,14 @@ SEEN_AS = {"horovodrun-gloo": ("horovodrun-gloo", "gloo"), "horovodrun-mpi": ("m
 TWO_PER_HOST = "suite.launch"
 
 
-@pytest.fixture(scope="module", params=sorted(LAUNCHES))
+# The launch paths trained on two hosts here. horovodrun --mpi, mpirun and suite.cluster.launch train at
+# 8 ranks over four hosts in tests/test_four_hosts.py with the same assertions (profile, interfaces, the
+# network check, the checker, the link counters); Gloo's launch stays here, where its profile comes by
+# the model's --profile flag and the network check is held against an unreachable expectation.
+TWO_HOST_RUNS = ("horovodrun-gloo",)
+
+
+@pytest.fixture(scope="module", params=TWO_HOST_RUNS)
 def two_host_run(request, cluster, hostfile, one_rank_each, profile, small_data, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp(request.param) / "run"
     before = cluster.link_bytes("h1")
@@ -283,37 +289,6 @@ def test_require_rdma_stops_a_run_without_it_before_run_start(cluster, hostfile,
     assert len(stops) == 1, output[-6000:]
     keys = [e["key"] for e in read_log(run_dir / "result_0.txt")]
     assert "init_start" in keys and "run_start" not in keys
-
-
-@pytest.mark.slow
-def test_a_sweep_from_one_host_to_two_and_its_report(cluster, hostfile, profile, small_data, tmp_path):
-    """2 processes fill h1, 4 span both hosts: one run each, the allreduce benchmark, then the report."""
-    from suite.cluster.sweep import planning
-    info = tmp_path / "system.yaml"
-    info.write_text("".join(f"{field}: '2'\n" for field in planning.HOST_FIELDS))
-    out = tmp_path / "out"
-    result = on_h1(cluster, [sys.executable, "-m", "suite.cluster.sweep", "--out", str(out), "--profile",
-                             profile, "--hostfile", hostfile, "--scales", "2,4", "--preset", "sweep_cpu",
-                             "--runs", "1", "--system-info", str(info), "--allreduce", "--allreduce-args",
-                             "--min-bytes 64K --max-bytes 1M --iters 3", "--", "models.resnet50",
-                             "--data-dir", small_data, "--set", "num_classes=4"], timeout=1200)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    result = on_h1(cluster, [sys.executable, "-m", "suite.cluster.report", str(out)], timeout=300)
-    assert result.returncode == 0, result.stderr
-    markdown = (out / "report" / "report.md").read_text()
-    one, two = "two-hosts_n1_np2", "two-hosts_n2_np4"
-    scales = {row["system"]: row for row in table_with(markdown, "fastest (min)")}
-    assert (scales[one]["nodes"], scales[two]["nodes"]) == ("1", "2")
-    # The allreduce benchmark ran on each scale, on one host and then across both.
-    hosts = {(row["system"], row["hosts"]) for row in table_with(markdown, "busbw (GB/s)")}
-    assert hosts == {(one, "1"), (two, "2")}
-    # The network check ran where there is a network: the two-host run, over MPI, no RDMA, and the
-    # probe's figure against this profile's expectation for two nodes.
-    network, = table_with(markdown, "network (per rank)")
-    assert (network["system"], network["profile"], network["carried by"]) == (two, "two-hosts", "mpi")
-    assert (network["RDMA"], network["verdict"]) == ("NO", "below expectation")
-    assert network["expected (GB/s)"] == str(UNREACHABLE_GBPS)
-    assert float(network["probe busbw (GB/s)"].split()[0]) > 0
 
 
 # ---- faults ---------------------------------------------------------------------------------------
