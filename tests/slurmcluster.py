@@ -1,6 +1,6 @@
 """A real Slurm cluster on a namespace cluster's hosts, for the tests: munge, slurmctld and a slurmd a host.
 
-    with TwoHosts(workdir) as hosts, SlurmCluster(hosts, workdir) as slurm:
+    with TwoHosts(workdir) as hosts, SlurmCluster(hosts, workdir) as slurm:   # or BridgedHosts(...)
         job = slurm.submit(["--nodes=2", "--wrap", "srun hostname"])
         slurm.wait(job)
 
@@ -323,5 +323,20 @@ def slurm(tmp_path_factory):
             print(f"\nSlurm test cluster up in {cluster.bring_up_seconds:.1f} s")
             yield cluster
         print(f"\nSlurm test cluster down in {cluster.teardown_seconds:.1f} s")
+    except (ClusterUnavailable, SlurmUnavailable) as err:
+        unavailable(err)
+
+
+@pytest.fixture(scope="session")
+def slurm4(tmp_path_factory):
+    """The session's second Slurm cluster: four nodes (r1 ... r4) on one bridge (prefix mlr), for the
+    4-node script and the 1 -> 2 -> 4 sweep; torn down at the end like the first."""
+    from twohosts import BridgedHosts, ClusterUnavailable
+    try:
+        with BridgedHosts(tmp_path_factory.mktemp("slurm4-hosts"), ("r1", "r2", "r3", "r4"), prefix="mlr") \
+                as hosts, SlurmCluster(hosts, tmp_path_factory.mktemp("slurm4")) as cluster:
+            print(f"\n4-node Slurm test cluster up in {cluster.bring_up_seconds:.1f} s")
+            yield cluster
+        print(f"\n4-node Slurm test cluster down in {cluster.teardown_seconds:.1f} s")
     except (ClusterUnavailable, SlurmUnavailable) as err:
         unavailable(err)

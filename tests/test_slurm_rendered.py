@@ -1,6 +1,7 @@
 """The sbatch scripts `python -m suite.cluster.deploy slurm --bare-metal` renders, submitted unchanged.
 
-On the session's Slurm cluster (tests/slurmcluster.py, two namespace hosts): the test renders a
+On the session's Slurm clusters (tests/slurmcluster.py: two namespace hosts, and four on a bridge for
+the 4-node script and the 1 -> 2 -> 4 sweep): the test renders a
 script into a file and hands that file to `sbatch` as it is, then follows the job through `scontrol
 show job` alone. A line of the script that cannot work on this CPU cluster is the renderer's to fix,
 never this test's. One run of each scale is shared by every assertion on it.
@@ -34,15 +35,22 @@ def deploy(slurm, *flags, model_args=(), mode=("--bare-metal",)):
 @dataclass
 class RenderedRun:
     nodes: int
+    cluster: object  # the SlurmCluster it ran on
     job_id: str
     record: dict
     results: object  # the --results folder
     run_dir: object
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=lambda nodes: f"{nodes}node")
-def rendered_run(request, slurm, small_data, tmp_path_factory):
+def cluster_for(request, nodes):
+    """The two-node cluster, or the four-node one for more than two nodes."""
+    return request.getfixturevalue("slurm4" if nodes > 2 else "slurm")
+
+
+@pytest.fixture(scope="module", params=[1, 2, 4], ids=lambda nodes: f"{nodes}node")
+def rendered_run(request, small_data, tmp_path_factory):
     nodes = request.param
+    slurm = cluster_for(request, nodes)
     folder = tmp_path_factory.mktemp(f"rendered{nodes}")
     results = folder / "results"
     results.mkdir()  # the script's header says so: Slurm opens --output there before the script runs
@@ -52,7 +60,7 @@ def rendered_run(request, slurm, small_data, tmp_path_factory):
     assert rendered.returncode == 0, rendered.stderr
     job_id = slurm.submit([str(script)], cwd=REPO)
     record = slurm.wait(job_id, timeout=600)
-    return RenderedRun(nodes, job_id, record, results, results / f"r{nodes}")
+    return RenderedRun(nodes, slurm, job_id, record, results, results / f"r{nodes}")
 
 
 def batch_output(run):
@@ -78,9 +86,9 @@ def test_the_rendered_jobs_log_passes_the_checker(rendered_run):
     assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
 
 
-def test_env_json_names_srun_the_allocations_nodes_and_the_profiles_variables(rendered_run, slurm):
+def test_env_json_names_srun_the_allocations_nodes_and_the_profiles_variables(rendered_run):
     env = read_json(rendered_run.run_dir / "env.json")
-    nodes = slurm.hostnames(rendered_run.record["NodeList"])
+    nodes = rendered_run.cluster.hostnames(rendered_run.record["NodeList"])
     assert len(nodes) == rendered_run.nodes and env["launcher"] == "srun"
     assert env["hosts"] == nodes and env["world_size"] == rendered_run.nodes * RANKS_PER_NODE
     assert sorted((r["host"], r["local_rank"]) for r in env["ranks"]) == [
@@ -95,7 +103,7 @@ def test_env_json_names_srun_the_allocations_nodes_and_the_profiles_variables(re
 
 # ---- the sweep inside one allocation --------------------------------------------------------------
 
-SWEEP_NODES = (1, 2)
+SWEEP_NODES = (1, 2, 4)  # on the four-node cluster
 
 
 @dataclass
@@ -107,7 +115,8 @@ class SweepJob:
 
 
 @pytest.fixture(scope="module")
-def sweep_job(slurm, small_data, tmp_path_factory):
+def sweep_job(slurm4, small_data, tmp_path_factory):
+    slurm = slurm4
     from suite.cluster.sweep import planning
     folder = tmp_path_factory.mktemp("rendered_sweep")
     results = folder / "results"
@@ -131,8 +140,8 @@ def test_the_sweep_job_completes_in_one_allocation(sweep_job):
     assert sweep_job.record["NumNodes"] == str(max(SWEEP_NODES)), sweep_job.record
 
 
-def test_each_scale_of_the_sweep_was_an_srun_step_of_its_own_node_count(sweep_job, slurm):
-    allocation = slurm.hostnames(sweep_job.record["NodeList"])
+def test_each_scale_of_the_sweep_was_an_srun_step_of_its_own_node_count(sweep_job, slurm4):
+    allocation = slurm4.hostnames(sweep_job.record["NodeList"])
     systems = read_json(sweep_job.sweep_dir / "sweep.json")["plan"]["scales"]
     assert [scale["nodes"] for scale in systems] == list(SWEEP_NODES)
     for nodes, scale in zip(SWEEP_NODES, systems):
@@ -147,7 +156,7 @@ def test_each_scale_of_the_sweep_was_an_srun_step_of_its_own_node_count(sweep_jo
         assert passed, output
 
 
-def test_the_report_built_in_the_job_holds_both_scales(sweep_job):
+def test_the_report_built_in_the_job_holds_every_scale(sweep_job):
     report = (sweep_job.sweep_dir / "report" / "report.md").read_text()
     for scale in read_json(sweep_job.sweep_dir / "sweep.json")["plan"]["scales"]:
         assert scale["system"] in report
