@@ -87,6 +87,13 @@ class _Refusing(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message}")
 
 
+def parse_model_args(model, presets):
+    """The parser and parsed flags of model ([MODULE, args...]); a flag it refuses is a ConfigError."""
+    parser = build_parser(model[0], model[0], presets.CONFIG, presets.PRESETS, presets.DEFAULT_PRESET,
+                          _Refusing)
+    return parser, parser.parse_args(model[1:])
+
+
 def check(model, np):
     """Refuses, in one line naming the flag, model args that every one of np ranks would refuse.
 
@@ -96,9 +103,7 @@ def check(model, np):
     presets = presets_of(model[0])
     if presets is None or {"-h", "--help"} & set(model[1:]):
         return
-    parser = build_parser(model[0], model[0], presets.CONFIG, presets.PRESETS, presets.DEFAULT_PRESET,
-                          _Refusing)
-    args = parser.parse_args(model[1:])
+    parser, args = parse_model_args(model, presets)
     try:
         config = resolve_config(args, presets.CONFIG, presets.PRESETS)
     except ConfigError as err:

@@ -390,10 +390,10 @@ def _on_signal(state, signum):
 
 def _signal_source(world, cause):
     """Where a signal that ends the job came from, and why, as far as this rank can tell."""
+    who = "Slurm" if world is not None and world.launcher == "srun" else "the launcher"
     if cause:
-        who = "Slurm" if world is not None and world.launcher == "srun" else "the launcher"
         return f"from {who} after {cause.describe()}"
-    if world is not None and world.launcher == "srun":
+    if who == "Slurm":
         # slurmstepd signals every task at once when the job is cancelled, reaches its time limit or is
         # preempted; a rank that had failed would have told the rank watch first.
         return "from Slurm (scancel, the time limit or a preemption; no rank had reported a failure)"

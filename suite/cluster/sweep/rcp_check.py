@@ -60,9 +60,7 @@ def _schedule(config, scale, presets, found):
 
 def scale_config(sweep, scale, presets):
     """The config every run of the scale resolves (the model's args with the scale's preset)."""
-    parser = modelargs.build_parser(sweep.model[0], sweep.model[0], presets.CONFIG, presets.PRESETS,
-                                    presets.DEFAULT_PRESET, modelargs._Refusing)
-    args = parser.parse_args([*sweep.model[1:], "--preset", scale.preset])
+    _, args = modelargs.parse_model_args([*sweep.model, "--preset", scale.preset], presets)
     if not args.data_dir:
         args.data_dir = "/data"  # only the batch and the schedule are read; no data is opened
     return modelargs.resolve_config(args, presets.CONFIG, presets.PRESETS)
