@@ -136,6 +136,15 @@ def test_the_gradients_crossed_every_hosts_link(headline):
         assert sent > MIN_LINK_BYTES and received > MIN_LINK_BYTES, (host, sent, received)
 
 
+@pytest.mark.slow
+def test_the_headline_ranks_probed_every_hosts_link(headline, four_hosts):
+    """No launcher probed the links (a raw horovodrun): the first rank of each host did, before run_start."""
+    links = read_json(headline.run_dir / "env.json")["network"]["links"]
+    assert links["measured_by"] == "ranks" and sorted(links["hosts"]) == sorted(four_hosts.names)
+    assert all(h["send_gbits"] > 0 and h["receive_gbits"] > 0 for h in links["hosts"].values()), links
+    assert links["slow_hosts"] == [] and "warning: link probe" not in headline.output
+
+
 # ---- the other launch paths and ResNet-50, at 2 slots per host (8 ranks) ---------------------------
 
 @pytest.fixture(scope="module")
@@ -156,6 +165,8 @@ SHORT_BERT = ["--preset", "tiny_cpu", "--set", "train_steps=12", "--set", "warmu
 # and ResNet-50 crosses the four hosts at 8 ranks in the sweep below (its 4-host scale).
 EIGHT_RANK_PATHS = {"horovodrun-mpi": "models.bert", "mpirun": "models.bert",
                     "suite.launch": "models.bert"}
+# The raw launch whose run has the third host's link shaped: the ranks' link probe must name it.
+SHAPED_PATH = "horovodrun-mpi"
 
 
 @pytest.fixture(scope="module", params=sorted(EIGHT_RANK_PATHS))
@@ -173,15 +184,26 @@ def eight_rank_run(request, four_hosts, hostfile_2, profile, bert_data, small_da
         flags = [*SHORT_BERT, "--data-dir", str(bert_data)]
     else:
         flags = [*TINY, "--set", "seed=9", "--data-dir", small_data]
-    made = run_with_counters(four_hosts, [*launcher, *model, *flags, "--run-dir", str(run_dir), *model_flags],
-                             run_dir, timeout=1200, extra_env=env)
+    command = [*launcher, *model, *flags, "--run-dir", str(run_dir), *model_flags]
+    shaped = None
+    if name == SHAPED_PATH:
+        # The ranks' own link probe (no launcher probed) is to name this host: its cable at a tenth of
+        # the slowest unshaped figure. BERT tiny's gradients are small, so the run itself hardly slows.
+        figures, _ = request.getfixturevalue("even_links")
+        shaped = four_hosts.names[2]
+        four_hosts.shape(shaped, 1000 * min(min(pair) for pair in figures.values()) / 10)
+    try:
+        made = run_with_counters(four_hosts, command, run_dir, timeout=1200, extra_env=env)
+    finally:
+        if shaped:
+            four_hosts.unshape(shaped)
     print(f"8-rank {name} ({module}): {made.seconds:.0f} s")
-    return name, made
+    return name, made, shaped
 
 
 @pytest.mark.slow
 def test_eight_ranks_two_on_each_host_train_in_step(eight_rank_run, four_hosts, profile):
-    name, made = eight_rank_run
+    name, made, _ = eight_rank_run
     summary = read_json(made.run_dir / "summary.json")
     assert summary["world_size"] == 8 and summary["weights_in_sync"], summary["ranks"]
     assert summary["status"] in ("success", "aborted") and summary["steps"] > 0, summary
@@ -205,7 +227,7 @@ def test_eight_ranks_two_on_each_host_train_in_step(eight_rank_run, four_hosts, 
 
 @pytest.mark.slow
 def test_eight_rank_logs_pass_the_checker_and_every_link_carried_gradients(eight_rank_run):
-    name, made = eight_rank_run
+    name, made, _ = eight_rank_run
     passed, output = check_log(made.run_dir / "result_0.txt", "2.1.0")
     assert passed, output
     keys = [e["key"] for e in read_log(made.run_dir / "result_0.txt")]
@@ -213,6 +235,27 @@ def test_eight_rank_logs_pass_the_checker_and_every_link_carried_gradients(eight
     # A ring over four hosts crosses every host's link both ways, whatever the launcher.
     for host, (sent, received) in made.link_bytes.items():
         assert sent > 2**20 and received > 2**20, (name, host, sent, received)
+
+
+@pytest.mark.slow
+def test_every_launch_path_measures_every_hosts_link_and_names_only_the_shaped_one(
+        eight_rank_run, four_hosts):
+    """suite.cluster.launch probes the links before it launches; under horovodrun and mpirun the ranks
+    probe them themselves. The run with the third host shaped names it, and only it, in env.json and in
+    rank 0's one warning line; the others name none."""
+    name, made, shaped = eight_rank_run
+    links = read_json(made.run_dir / "env.json")["network"]["links"]
+    assert links["measured_by"] == ("launcher" if name == "suite.launch" else "ranks"), links
+    assert sorted(links["hosts"]) == sorted(four_hosts.names)
+    warnings = [line for line in made.output.splitlines() if line.startswith("warning: link probe: ")]
+    if shaped:
+        assert links["slow_hosts"] == [shaped], links
+        assert len(warnings) == 1 and warnings[0].startswith(f"warning: link probe: host {shaped}: its link "
+                                                             "measured"), made.output[-3000:]
+    else:
+        assert links["slow_hosts"] == [] and warnings == [], (links, warnings)
+    measured = [h for host, h in links["hosts"].items() if host != shaped]
+    assert all(h["send_gbits"] > 0 and h["receive_gbits"] > 0 for h in measured), links
 
 
 # ---- a fault on the third host ---------------------------------------------------------------------
@@ -404,7 +447,7 @@ def test_the_profiles_expected_link_rate_names_the_host_and_require_links_stops_
 def test_a_hung_probe_on_a_host_is_named_within_its_bound(four_hosts, hostfile_2, profile):
     """The fourth host's agent stopped as soon as it starts: it answers nothing, its peers' connections
     to it stall. The host is named in one line, the others are not, all within the probe's bound."""
-    from suite.cluster import linkprobe
+    from suite.common import linkprobe
     fourth = four_hosts.names[3]
     command = four_hosts.wrap(four_hosts.names[0], [
         sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile_2, "--profile", profile,

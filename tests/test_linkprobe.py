@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from suite.cluster import linkprobe
+from suite.common import linkprobe
 from suite.common import linkverdict, profiles
 
 HOSTS = ["a", "b", "c", "d"]
@@ -97,3 +97,60 @@ def test_a_bad_expected_link_rate_is_named(value, said, tmp_path):
     path.write_text(f"name: p\nversion: 1\ndescription: d\ngpus_per_node: 0\nexpected_link_gbits: {value}\n")
     with pytest.raises(profiles.ProfileError, match=f"expected_link_gbits {said}"):
         profiles.load(str(path))
+
+
+# ---- the ranks' own probe, under a raw launcher (suite/train/links.py) ------------------------------
+
+class FakeWorld:
+    def __init__(self, rank, host):
+        self.rank, self.host = rank, host
+
+
+def ranks_probe(hosts_of_ranks, expected_gbits=None, **agent_bounds):
+    """Every rank of a job whose rank r runs on hosts_of_ranks[r] (loopback names), one thread each,
+    exchanging objects the way dist.allgather_object does: [(record, lines)] in rank order."""
+    from suite.train import links
+    size = len(hosts_of_ranks)
+    table = [{"rank": rank, "host": host} for rank, host in enumerate(hosts_of_ranks)]
+    exchanges, barrier, results = {}, threading.Barrier(size), [None] * size
+
+    def allgather_object(value, name):
+        exchanges.setdefault(name, [None] * size)[rank_of[threading.get_ident()]] = value
+        barrier.wait(timeout=60)
+        return list(exchanges[name])
+
+    rank_of = {}
+
+    def run(rank):
+        rank_of[threading.get_ident()] = rank
+        results[rank] = links.probe(FakeWorld(rank, hosts_of_ranks[rank]), table, allgather_object,
+                                    expected_gbits, **agent_bounds)
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
+def test_the_first_rank_of_each_host_probes_and_every_rank_gets_the_verdict():
+    # Two "hosts" that both reach this machine's loopback, two ranks each.
+    results = ranks_probe(["127.0.0.1", "127.0.0.1", "localhost", "localhost"], seconds=0.3)
+    record, lines = results[0]
+    assert all(result == results[0] for result in results)
+    assert lines == [] and record["slow_hosts"] == [] and record["measured_by"] == "ranks"
+    assert sorted(record["hosts"]) == ["127.0.0.1", "localhost"]
+    assert all(h["send_gbits"] > 0 and h["receive_gbits"] > 0 for h in record["hosts"].values()), record
+
+
+def test_a_host_no_peer_can_reach_is_named_and_require_links_stops():
+    from suite.train import links
+    # A name that resolves nowhere: its peer cannot connect to it, whatever it sends itself.
+    results = ranks_probe(["127.0.0.1", "no-such-host.invalid"], seconds=0.2, connect_seconds=1)
+    record, lines = results[0]
+    assert record["slow_hosts"] == ["no-such-host.invalid"]
+    assert lines == ["host no-such-host.invalid: the link probe could not connect to it from 127.0.0.1"]
+    with pytest.raises(links.LinkError, match="^--require-links: host no-such-host.invalid: "):
+        links.check_required(lines)
+    links.check_required([])  # nothing named: the run goes on

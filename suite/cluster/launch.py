@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from suite.cluster import hostfile, linkprobe, preflight, slurmcheck
 from suite.cluster.hostfile import Host, HostfileError
 from suite.common import linkverdict, modelargs, profiles, runfiles
+from suite.common.linkprobe import verdict as link_verdict
 from suite.common.config import ConfigError
 from suite.common.profiles import ProfileError
 
@@ -553,7 +554,7 @@ def probe_links(plan, python):
     answers, failures = linkprobe.probe_hosts(
         names, lambda host, argv: preflight.start_on(host, argv, directory), python=python)
     expected = plan.profile.expected_link_gbits if plan.profile is not None else None
-    return linkprobe.verdict(names, answers, expected, failures)
+    return link_verdict(names, answers, expected, failures)
 
 
 def check_links(plan, args, verbose):
@@ -571,7 +572,7 @@ def check_links(plan, args, verbose):
         return 2
     for line in lines:
         print(f"warning: link probe: {line}", file=sys.stderr)
-    plan.env[linkverdict.VARIABLE] = linkverdict.to_environment(links)
+    plan.env[linkverdict.VARIABLE] = linkverdict.to_environment({**links, "measured_by": "launcher"})
     return 0
 
 

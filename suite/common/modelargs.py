@@ -55,6 +55,10 @@ def build_parser(module, title, config_cls, presets, default_preset, parser_clas
                          help=f"stop before run_start unless every rank's NCCL uses RDMA between the nodes "
                               f"and a short allreduce probe reaches {WARN_BELOW} of the profile's expected "
                               "bus bandwidth (without it, both are checked and only warned about)")
+    cluster.add_argument("--require-links", action="store_true",
+                         help="stop before run_start when the link probe of a multi-host job names a host "
+                              "(its link below the profile's expected_link_gbits, or below half its peers' "
+                              "median, or unreachable); without it a named host is warned about")
     return parser
 
 

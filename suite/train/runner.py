@@ -39,7 +39,7 @@ def main(spec, argv=None):
     from suite.train.session import Options, run
     return run(spec, config, args.preset, args.run_dir,
                Options(profile=profile, profile_record=record, require_rdma=args.require_rdma,
-                       throughput=args.throughput))
+                       require_links=args.require_links, throughput=args.throughput))
 
 
 def _fail(rank, err, code):

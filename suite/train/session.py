@@ -15,13 +15,14 @@ from suite.common import linkverdict, timetotrain
 from suite.common.config import to_dict
 from suite.common.profiles import Timeouts
 from suite.common.workload import Division
-from suite.train import attribution, dist, network, peers, rundir, signals, startup
+from suite.train import attribution, dist, links, network, peers, rundir, signals, startup
 from suite.train.loop import train
 from suite.train.mlperf import ABORTED, MLPerfLog
 
 # Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts, a
 # missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.
-USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError, network.NetworkError)
+USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError, network.NetworkError,
+               links.LinkError)
 
 # How long a failed non-root rank stays up once training has started, so that rank 0 can log the
 # failure at its next collective (the rank watch, suite/train/peers.py, has already told it which
@@ -41,6 +42,7 @@ class Options:
     profile: object = None          # suite.common.profiles.Profile, or None
     profile_record: dict = None     # what applying it did (profiles.apply)
     require_rdma: bool = False
+    require_links: bool = False     # a host named by the link probe stops the run before run_start
     throughput: bool = False        # time the train step alone (suite/train/throughput.py)
 
 
@@ -246,7 +248,8 @@ def _check_network(world, ranks, nccl_log, options):
     """Untimed, before run_start: the transport every rank's NCCL chose and a short allreduce probe.
 
     Runs where there is a network to learn about: GPU runs of more than one rank, any multi-host
-    run, and whenever --require-rdma asks. Returns the env.json record (None when skipped).
+    run, and whenever --require-rdma asks; a multi-host run also gets each host's link (links).
+    Returns the env.json record (None when skipped).
     """
     nodes = len({r["host"] for r in ranks})
     if world.size == 1 or (world.device == "cpu" and nodes == 1 and not options.require_rdma):
@@ -256,11 +259,25 @@ def _check_network(world, ranks, nccl_log, options):
     transports = dist.allgather_object(mine, "nccl_transport")
     library = "nccl" if nccl_log else world.controller
     record, warnings = network.assess(transports, row, options.profile, nodes, library)
-    record["links"] = linkverdict.from_environment(os.environ)  # the launcher's per-host link probe
     for line in warnings:
         _warn(world, f"warning: {line}")
     if options.require_rdma:
         network.check_required(record, warnings)
+    record["links"] = _check_links(world, ranks, options, nodes)
+    return record
+
+
+def _check_links(world, ranks, options, nodes):
+    """Each host's link: the launcher's verdict when it probed them, else measured here across hosts."""
+    verdict = linkverdict.from_environment(os.environ)
+    if verdict is not None or nodes == 1:
+        return verdict
+    expected = options.profile.expected_link_gbits if options.profile is not None else None
+    record, lines = links.probe(world, ranks, dist.allgather_object, expected)
+    for line in lines:
+        _warn(world, f"warning: link probe: {line}")
+    if options.require_links:
+        links.check_required(lines)
     return record
 
 

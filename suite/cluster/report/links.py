@@ -1,8 +1,9 @@
-"""The report's section on each host's link: what the launcher's link probe measured before each run.
+"""The report's section on each host's link: what the link probe measured before each run.
 
 suite.cluster.launch probes every host against its ring neighbours before a multi-host launch
-(suite.cluster.linkprobe) and the ranks keep the verdict in env.json (network.links). A host named
-there is named here, with its figures, so that a low scaling figure can be traced to one node.
+(suite/cluster/linkprobe.py); under a raw launcher the ranks run the same probe themselves
+(suite/train/links.py). Either way the verdict is in env.json (network.links). A host named there is
+named here, with its figures, so that a low scaling figure can be traced to one node.
 """
 from suite.cluster.report.formats import fmt
 

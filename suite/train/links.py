@@ -1,0 +1,48 @@
+"""Each host's link, measured by the ranks themselves before run_start when no launcher probed it.
+
+suite.cluster.launch probes every host's link over SSH before it launches and hands the verdict to
+the ranks (suite/common/linkverdict.py). A raw `horovodrun`, `mpirun` or `srun` has no such step, so
+there the first rank of each host runs the same agent (suite/common/linkprobe.py): it listens on a
+free port, the ranks exchange the ports, every agent sends to its ring peers while the other ranks
+wait in the next exchange, and every rank gets the same verdict. About three seconds at the default
+round length; a peer that cannot be reached costs at most the agent's connect bound.
+"""
+from suite.common import linkprobe
+
+
+class LinkError(RuntimeError):
+    """--require-links and a host's link was named; the message is one line."""
+
+    on_every_rank = True  # every rank reaches the verdict from the same gathered answers
+
+
+def probe(world, ranks, allgather_object, expected_gbits=None, seconds=linkprobe.ROUND_SECONDS,
+          connect_seconds=linkprobe.CONNECT_SECONDS):
+    """(the env.json record, one line per named host). ranks: every rank's {"rank", "host"}, in order.
+
+    The hosts are named as the ranks see themselves (their host name), which is also how a peer
+    reaches them: a launcher that started ranks on a host by that name has it resolved everywhere.
+    """
+    first_rank = {}
+    for rank in ranks:
+        first_rank.setdefault(rank["host"], rank["rank"])
+    hosts = list(first_rank)
+    agent_here = first_rank[world.host] == world.rank
+    listener = linkprobe.listen(0) if agent_here else None
+    # Horovod: every rank takes part in both exchanges, so that all of them wait for the probe.
+    ports = allgather_object(listener.getsockname()[1] if listener else None, "link_probe_ports")
+    answer = None
+    if agent_here:
+        answer = linkprobe.agent(hosts, hosts.index(world.host), listener,
+                                 [ports[first_rank[host]] for host in hosts], seconds, connect_seconds)
+    answers = allgather_object(answer, "link_probe_answers")
+    record, lines = linkprobe.verdict(hosts, {host: answers[first_rank[host]] for host in hosts},
+                                      expected_gbits)
+    record["measured_by"] = "ranks"
+    return record, lines
+
+
+def check_required(lines):
+    """--require-links: raises LinkError naming every host whose link was named."""
+    if lines:
+        raise LinkError("--require-links: " + "; ".join(lines))
