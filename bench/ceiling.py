@@ -164,10 +164,14 @@ def command(workload, variant, run_dir):
     if variant.side == "canonical":
         return launcher + ["python", workload.canonical_script, *workload.canonical_flags,
                            "--out", os.path.join(run_dir, "throughput.json")]
-    sets = [*workload.suite_sets, f"global_batch_size={workload.per_rank_batch * variant.ranks}",
-            *variant.suite_sets]
-    return launcher + ["python", "-m", workload.module, "--throughput", "--preset", "tiny_cpu",
-                       *[arg for item in sets for arg in ("--set", item)], "--run-dir", run_dir]
+    return launcher + suite_command(workload, variant.ranks, variant.suite_sets, run_dir)
+
+
+def suite_command(workload, ranks, extra_sets, run_dir):
+    """`python -m <model> --throughput ...` for one process of a job of `ranks` ranks (no launcher)."""
+    sets = [*workload.suite_sets, f"global_batch_size={workload.per_rank_batch * ranks}", *extra_sets]
+    return ["python", "-m", workload.module, "--throughput", "--preset", "tiny_cpu",
+            *[arg for item in sets for arg in ("--set", item)], "--run-dir", run_dir]
 
 
 def shown(argv, env=(), placeholders=None):
@@ -197,10 +201,16 @@ def run_variant(workload, variant, round_index, work, timeout):
     run_dirs = [os.path.join(work, f"{workload.key}-{variant.key}-{round_index}-{copy}")
                 for copy in range(variant.copies)]
     argvs = [command(workload, variant, run_dir) for run_dir in run_dirs]
+    return run_at_once(argvs, run_dirs, job_env(variant.env), timeout), argvs, run_dirs
+
+
+def run_at_once(argvs, run_dirs, env, timeout, wrap=None):
+    """Starts every argv at once (each through wrap(argv), if given), waits for all; returns the
+    throughput.json each left in its run folder."""
     for run_dir in run_dirs:
         os.makedirs(run_dir)
     # Each job in a session of its own, so that ending it ends horovodrun's ranks with it.
-    jobs = [subprocess.Popen(argv, cwd=REPO, env=job_env(variant.env), stdout=subprocess.DEVNULL,
+    jobs = [subprocess.Popen(wrap(argv) if wrap else argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, start_new_session=True) for argv in argvs]
     try:
         errors = [_finish(job, timeout) for job in jobs]
@@ -209,7 +219,7 @@ def run_variant(workload, variant, round_index, work, timeout):
     for argv, error in zip(argvs, errors):
         if error is not None:
             raise BenchError(f"{shlex.join(argv)} failed: {error}")
-    return [_read_result(run_dir, argv) for run_dir, argv in zip(run_dirs, argvs)], argvs, run_dirs
+    return [_read_result(run_dir, argv) for run_dir, argv in zip(run_dirs, argvs)]
 
 
 def _finish(job, timeout):
@@ -269,9 +279,9 @@ def timed_overlap(per_process):
     return max(0.0, shared) / longest if longest > 0 else None
 
 
-def round_order(round_index):
+def round_order(round_index, variants=VARIANTS):
     """Odd rounds run the variants forwards, even rounds backwards."""
-    return VARIANTS if round_index % 2 else tuple(reversed(VARIANTS))
+    return tuple(variants) if round_index % 2 else tuple(reversed(variants))
 
 
 def measure(chosen, rounds, timeout, work, bert_config_path, log):
