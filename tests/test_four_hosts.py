@@ -19,6 +19,7 @@ import pytest
 
 from conftest import BIN, REPO, TINY, check_log, filled_hostfile, read_json, read_log, run, subprocess_env
 from jobs import assert_ends_closed, assert_killed_rank_named, long_training, start_long_run
+from test_bad_input import TAG
 from test_bert_main import bert_data  # noqa: F401 (the session's generated BERT set)
 from test_report import table_with
 from test_sweep import ASK_FOR_TIMELINE, SUBMITTER
@@ -247,7 +248,9 @@ def test_every_launch_path_measures_every_hosts_link_and_names_only_the_shaped_o
     links = read_json(made.run_dir / "env.json")["network"]["links"]
     assert links["measured_by"] == ("launcher" if name == "suite.launch" else "ranks"), links
     assert sorted(links["hosts"]) == sorted(four_hosts.names)
-    warnings = [line for line in made.output.splitlines() if line.startswith("warning: link probe: ")]
+    # mpirun and horovodrun tag each rank's lines ([1,0]<stderr>:); the launcher's own are untagged.
+    untagged = (TAG.sub("", line) for line in made.output.splitlines())
+    warnings = [line for line in untagged if line.startswith("warning: link probe: ")]
     if shaped:
         assert links["slow_hosts"] == [shaped], links
         assert len(warnings) == 1 and warnings[0].startswith(f"warning: link probe: host {shaped}: its link "
