@@ -447,6 +447,26 @@ def test_the_profiles_expected_link_rate_names_the_host_and_require_links_stops_
     assert "launch:" not in result.stderr and not run_dir.exists()  # nothing started, no run_start
 
 
+def test_require_links_stops_a_raw_horovodrun_before_run_start(
+        four_hosts, profile, bert_data, third_host_shaped, tmp_path):  # noqa: F811
+    """No launcher probed: the ranks do, name the shaped host, and --require-links ends every rank
+    with one error line before run_start (one rank a host: the check, not the training, is tested)."""
+    third, _ = third_host_shaped
+    hostfile_1 = filled_hostfile(tmp_path, slots=1)
+    run_dir = tmp_path / "run"
+    launcher, model_flags, extra = LAUNCHES["horovodrun-gloo"](hostfile_1, profile)
+    command = [*launcher, "-m", "models.bert", *SHORT_BERT, "--data-dir", str(bert_data), "--run-dir",
+               str(run_dir), "--require-links", *model_flags]
+    result = on_first_host(four_hosts, command, timeout=300, extra_env=extra)
+    assert result.returncode != 0, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = [TAG.sub("", line) for line in (result.stdout + result.stderr).splitlines()]
+    errors = [line for line in lines if line.startswith("error (rank 0): --require-links: ")]
+    assert len(errors) == 1 and f"host {third}: its link measured" in errors[0], lines[-30:]
+    assert not [line for line in lines if line.startswith("error (rank ") and line not in errors], lines[-30:]
+    keys = [e["key"] for e in read_log(run_dir / "result_0.txt")]
+    assert "run_start" not in keys and not (run_dir / "summary.json").exists()
+
+
 def test_a_hung_probe_on_a_host_is_named_within_its_bound(four_hosts, hostfile_2, profile):
     """The fourth host's agent stopped as soon as it starts: it answers nothing, its peers' connections
     to it stall. The host is named in one line, the others are not, all within the probe's bound."""
