@@ -45,15 +45,25 @@ demo-bert: setup
 lint: setup
 	$(PY) -m flake8 suite models tests
 
-# The whole suite on the pinned TensorFlow 2.18, then the TensorFlow 2.15 compatibility subset.
+# pytest-xdist workers: one per core of the 2-core development machine. Most tests start TensorFlow
+# processes (two ranks in many), so more workers than cores only share the same cores, and a fixed
+# count keeps the memory bounded (about 3 GB a worker at most) where -n auto would start one per core.
+# Serial tests that a parallel session includes share one worker (--dist loadgroup, tests/conftest.py).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+
+# The whole suite on the pinned TensorFlow 2.18 in two phases, then the TensorFlow 2.15 compatibility
+# subset: first every test not marked serial on $(TEST_WORKERS) workers, then the serial ones (namespace
+# clusters, more than 3 GB, tight timing bounds) alone, one after another; docs/testing.md.
 test: setup lint
-	$(PY) -m pytest --durations=60
+	$(PY) -m pytest -m "not serial" $(XDIST) --durations=60
+	$(PY) -m pytest -m serial --durations=60
 	@$(MAKE) --no-print-directory test-tf2.15
 
 # The inner loop: lint, unit tests and single-process runs (every test not marked slow, i.e. not
-# starting several processes); docs/testing.md.
+# starting several processes), on $(TEST_WORKERS) workers; docs/testing.md.
 test-fast: setup lint
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow" $(XDIST) -q
 
 # TensorFlow 2.15 (NGC-era Keras 2, no tf-keras): unit tests and the launchers, in a second
 # cached environment with its own Horovod build.

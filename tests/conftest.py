@@ -12,6 +12,24 @@ pytest_plugins = ("slurmcluster",)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 
+# The session fixtures that build namespace clusters with fixed names (four_hosts below, slurm and slurm4 in
+# slurmcluster.py): a test that asks for one is serial wherever it lives, so `make test` runs it in its
+# second phase, alone.
+CLUSTER_FIXTURES = {"four_hosts", "slurm", "slurm4"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if CLUSTER_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.serial)
+        # Under `make test-fast`'s two workers (--dist loadgroup) the serial tests it includes share one
+        # worker and so never overlap: two workers would each build the same namespace cluster and
+        # tear down each other's.
+        # (The TensorFlow 2.15 environment has no pytest-xdist, nor its marker.)
+        if item.get_closest_marker("serial") and item.config.pluginmanager.hasplugin("xdist"):
+            item.add_marker(pytest.mark.xdist_group("serial"))
+
 
 def subprocess_env(**extra):
     env = dict(os.environ)

@@ -48,6 +48,7 @@ def test_the_watcher_acts_while_the_main_thread_is_blocked_in_c(signum, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the 30 s stop bound, with the job training on both cores
 def test_sigterm_to_the_launcher_stops_the_job_with_run_stop(small_data, tmp_path):
     """A batch system's SIGTERM reaches suite.cluster.launch only: it passes it on, rank 0 closes the log."""
     run_dir = tmp_path / "run"

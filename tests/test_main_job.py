@@ -10,6 +10,9 @@ import pytest
 from conftest import REPO, check_log, container_check_run, read_json, read_log, run
 from test_attribution import assert_attribution_adds_up
 
+# `make demo` with its 2 ranks and its timeline: `make test`'s second phase, alone (docs/testing.md).
+pytestmark = pytest.mark.serial
+
 check_run = container_check_run()
 
 STATED_ACCURACY = 0.9  # README: the tiny learnable preset reaches 0.9 top-1 (4 classes, chance 0.25)

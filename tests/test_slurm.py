@@ -22,7 +22,8 @@ from jobs import alive, long_training, processes_of, started, wait_for
 from slurmcluster import PARTITION, SlurmCluster, SlurmUnavailable, unavailable
 from suite.cluster import slurmcheck
 
-pytestmark = pytest.mark.slow
+# The session's namespace Slurm cluster: `make test`'s second phase, alone (docs/testing.md).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # Every process of a job must be gone this long after the fault.
 FAULT_BOUND_SECONDS = 60

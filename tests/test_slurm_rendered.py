@@ -15,7 +15,8 @@ import pytest
 from conftest import REPO, TINY, check_log, read_json, read_log
 from slurmcluster import PARTITION
 
-pytestmark = pytest.mark.slow
+# The session's namespace Slurm cluster: `make test`'s second phase, alone (docs/testing.md).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 PROFILE = "local-cpu"
 RANKS_PER_NODE = 1

@@ -306,6 +306,8 @@ class Fault:
     run_start_ms: int = None  # SIGTERM/SIGINT: that run's run_start
 
 
+# Every test of the swept folder is marked serial: the sweep goes through its faults against 30 s bounds,
+# which a second test worker sharing the two cores could break; one fixture, so all in one phase.
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
@@ -456,6 +458,7 @@ def results_dir(out, system):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_sweep_writes_the_submission_layout(swept):
     out = swept.out
     manifest = read_json(out / "sweep.json")
@@ -499,6 +502,7 @@ def assert_launched_through_the_launcher(run_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_sigkill_at_random_moments_loses_nothing(swept):
     """SIGKILL to the sweep 20 times, each resumed: nothing of the job left within the bound, no result
     half-written or changed, no temporary file once resumed, and no finished run launched again."""
@@ -525,6 +529,7 @@ def assert_done_runs_never_relaunched(swept):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_sweep_stops_the_training_run_and_a_resume_redoes_it(swept, signum):
     """Within the bound: exit 130, the run's log closed as aborted, nothing left, the manifest says
@@ -548,6 +553,7 @@ def test_a_signal_to_the_sweep_stops_the_training_run_and_a_resume_redoes_it(swe
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_package_checker_accepts_the_open_submission(swept, tmp_path):
     result = run([sys.executable, "-m", "mlperf_logging.package_checker", str(swept.out / SUBMITTER),
                   "training", "2.1.0", "--log_output", str(tmp_path / "package_checker.log")], timeout=300)
@@ -560,6 +566,7 @@ def test_package_checker_accepts_the_open_submission(swept, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_result_summarizer_scores_every_system(swept, tmp_path):
     from suite.common import results
     # It prints a header and writes its table as CSV and JSON (without --csv: summary.json in its
@@ -583,6 +590,7 @@ def test_result_summarizer_scores_every_system(swept, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_report_of_the_sweep(swept):
     from PIL import Image
     result = run([sys.executable, "-m", "suite.cluster.report", str(swept.out)], timeout=300)
@@ -613,6 +621,7 @@ def test_report_of_the_sweep(swept):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_other_arguments_on_the_same_folder_are_refused(swept):
     before = _snapshot(swept.out)
     args = [a if a != "1,2" else "1" for a in swept.args]
@@ -621,6 +630,7 @@ def test_other_arguments_on_the_same_folder_are_refused(swept):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_resume_redoes_only_the_unfinished_run(swept):
     """Run 1 lost its copied result only (its run finished): copied again, not rerun. Run 3 was cut off
     mid-run (no run_stop, no summary.json) and left a truncated result: rerun. Nothing else is touched."""

@@ -25,6 +25,11 @@ from twohosts import LINK, ClusterUnavailable, TwoHosts
 from suite.cluster import hostfile as hostfile_format
 from suite.common import profiles
 
+# Namespace hosts with fixed names (mlh-h1, mlh-h2): `make test`'s second phase, alone; under `make
+# test-fast`'s two workers the serial mark also keeps every test of the module on one worker
+# (conftest.py), since a second worker building the same cluster tears down the first one's.
+pytestmark = pytest.mark.serial
+
 # The ResNet-50 gradients are about 100 MB per step; two steps move far more than this across the link.
 MIN_LINK_BYTES = 50 * 2**20
 # No veth pair reaches this (GB/s): the profile's expectation that the pre-run probe must miss.
