@@ -52,9 +52,12 @@ lint: setup
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-# The whole suite on the pinned TensorFlow 2.18, then the TensorFlow 2.15 compatibility subset.
+# The whole suite on the pinned TensorFlow 2.18 in two phases, then the TensorFlow 2.15 compatibility
+# subset: first every test not marked serial on $(TEST_WORKERS) workers, then the serial ones (namespace
+# clusters, more than 3 GB, tight timing bounds) alone, one after another; docs/testing.md.
 test: setup lint
-	$(PY) -m pytest --durations=60
+	$(PY) -m pytest -m "not serial" $(XDIST) --durations=60
+	$(PY) -m pytest -m serial --durations=60
 	@$(MAKE) --no-print-directory test-tf2.15
 
 # The inner loop: lint, unit tests and single-process runs (every test not marked slow, i.e. not
