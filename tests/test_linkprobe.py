@@ -145,12 +145,12 @@ def test_the_first_rank_of_each_host_probes_and_every_rank_gets_the_verdict():
 
 
 def test_a_host_no_peer_can_reach_is_named_and_require_links_stops():
-    from suite.train import links
+    from suite.train import links, network
     # A name that resolves nowhere: its peer cannot connect to it, whatever it sends itself.
     results = ranks_probe(["127.0.0.1", "no-such-host.invalid"], seconds=0.2, connect_seconds=1)
     record, lines = results[0]
     assert record["slow_hosts"] == ["no-such-host.invalid"]
     assert lines == ["host no-such-host.invalid: the link probe could not connect to it from 127.0.0.1"]
-    with pytest.raises(links.LinkError, match="^--require-links: host no-such-host.invalid: "):
+    with pytest.raises(network.NetworkError, match="^--require-links: host no-such-host.invalid: "):
         links.check_required(lines)
     links.check_required([])  # nothing named: the run goes on

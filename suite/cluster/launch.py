@@ -554,7 +554,7 @@ def probe_links(plan, python):
     answers, failures = linkprobe.probe_hosts(
         names, lambda host, argv: preflight.start_on(host, argv, directory), python=python)
     expected = plan.profile.expected_link_gbits if plan.profile is not None else None
-    return link_verdict(names, answers, expected, failures)
+    return link_verdict(names, answers, expected, failures, measured_by="launcher")
 
 
 def check_links(plan, args, verbose):
@@ -572,7 +572,7 @@ def check_links(plan, args, verbose):
         return 2
     for line in lines:
         print(f"warning: link probe: {line}", file=sys.stderr)
-    plan.env[linkverdict.VARIABLE] = linkverdict.to_environment({**links, "measured_by": "launcher"})
+    plan.env[linkverdict.VARIABLE] = linkverdict.to_environment(links)
     return 0
 
 

@@ -8,9 +8,11 @@ import json
 import sys
 import time
 
-from suite.common.linkprobe import CONNECT_SECONDS, MARK, ROUND_SECONDS, agent, listen, offsets
+from suite.common.linkprobe import CONNECT_SECONDS, ROUND_SECONDS, agent, listen, offsets
 
 DEFAULT_PORT = 29517
+# What starts the agent's one line of answer on its standard output, over SSH.
+MARK = "LINKS "
 
 
 def agent_command(python, hosts, index, port, seconds=ROUND_SECONDS, connect_seconds=CONNECT_SECONDS):

@@ -3,7 +3,7 @@
 The job-wide allreduce probe says how fast the job's network is; one slow link lowers it and it cannot
 say where. Here each host runs an agent, all at once: started over SSH by suite.cluster.launch before
 a launch (suite/cluster/linkprobe.py), or, under a raw horovodrun, mpirun or srun, by each host's
-first rank before run_start (suite/train/network.py). In each round every
+first rank before run_start (suite/train/links.py). In each round every
 host sends to the host at a fixed offset along the ring for a fixed time while receiving from the
 host at the same offset behind it: offsets +1, -1 and +2 (its two neighbours and the host across),
 fewer where the ring is smaller. Why this and not every pair: all hosts run each round at once, so
@@ -33,7 +33,6 @@ PEER_FRACTION = 0.5
 ROUND_SECONDS = 1.0
 CONNECT_SECONDS = 10.0
 CHUNK = 256 * 1024
-MARK = "LINKS "
 
 
 # ---- the agent, on every host ---------------------------------------------------------------------
@@ -145,10 +144,11 @@ def rates(hosts, answers):
                    "receive_gbits": max(f["receive"], default=None)} for host, f in found.items()}
 
 
-def verdict(hosts, answers, expected_gbits=None, failures=None):
+def verdict(hosts, answers, expected_gbits=None, failures=None, measured_by=None):
     """The record for env.json and the report, and one line per named host.
 
-    answers: {host: an agent's answer, or None where it gave none}; failures: {host: why not}."""
+    answers: {host: an agent's answer, or None where it gave none}; failures: {host: why not};
+    measured_by: who ran the agents ("launcher" or "ranks"), kept in the record."""
     measured = rates(hosts, answers)
     slowest = {host: min([v for v in m.values() if v is not None], default=None)
                for host, m in measured.items()}
@@ -177,7 +177,7 @@ def verdict(hosts, answers, expected_gbits=None, failures=None):
     record = {"method": f"ring peers at offsets {offsets(len(hosts))}, a round each",
               "expected_link_gbits": expected_gbits,
               "hosts": {host: {**measured[host], "named": host in slow} for host in hosts},
-              "slow_hosts": slow, "lines": lines}
+              "slow_hosts": slow, "lines": lines, "measured_by": measured_by}
     return record, lines
 
 

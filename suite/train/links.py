@@ -8,12 +8,7 @@ wait in the next exchange, and every rank gets the same verdict. About three sec
 round length; a peer that cannot be reached costs at most the agent's connect bound.
 """
 from suite.common import linkprobe
-
-
-class LinkError(RuntimeError):
-    """--require-links and a host's link was named; the message is one line."""
-
-    on_every_rank = True  # every rank reaches the verdict from the same gathered answers
+from suite.train.network import NetworkError
 
 
 def probe(world, ranks, allgather_object, expected_gbits=None, seconds=linkprobe.ROUND_SECONDS,
@@ -36,13 +31,11 @@ def probe(world, ranks, allgather_object, expected_gbits=None, seconds=linkprobe
         answer = linkprobe.agent(hosts, hosts.index(world.host), listener,
                                  [ports[first_rank[host]] for host in hosts], seconds, connect_seconds)
     answers = allgather_object(answer, "link_probe_answers")
-    record, lines = linkprobe.verdict(hosts, {host: answers[first_rank[host]] for host in hosts},
-                                      expected_gbits)
-    record["measured_by"] = "ranks"
-    return record, lines
+    return linkprobe.verdict(hosts, {host: answers[first_rank[host]] for host in hosts}, expected_gbits,
+                             measured_by="ranks")
 
 
 def check_required(lines):
-    """--require-links: raises LinkError naming every host whose link was named."""
+    """--require-links: raises NetworkError (a verdict every rank reaches alike) naming every named host."""
     if lines:
-        raise LinkError("--require-links: " + "; ".join(lines))
+        raise NetworkError("--require-links: " + "; ".join(lines))

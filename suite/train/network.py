@@ -32,7 +32,7 @@ EVIDENCE = (USING_NETWORK, IB_DEVICES, SOCKET_DEVICES, NO_IB, IB_DISABLED)
 
 
 class NetworkError(RuntimeError):
-    """--require-rdma and the job did not get RDMA; the message is one line."""
+    """--require-rdma or --require-links, and the job did not get the network asked for; one line."""
 
     on_every_rank = True  # every rank reaches the verdict from the same gathered evidence
 

@@ -21,8 +21,7 @@ from suite.train.mlperf import ABORTED, MLPerfLog
 
 # Errors a user can cause (bad data, bad run directory, a launch that does not fit the hosts, a
 # missing or wrong package such as Keras 3 behind tf.keras): reported in one line, no traceback.
-USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError, network.NetworkError,
-               links.LinkError)
+USER_ERRORS = (ValueError, OSError, ImportError, rundir.RunDirError, dist.LaunchError, network.NetworkError)
 
 # How long a failed non-root rank stays up once training has started, so that rank 0 can log the
 # failure at its next collective (the rank watch, suite/train/peers.py, has already told it which
