@@ -48,7 +48,9 @@ lint: setup
 # pytest-xdist workers: one per core of the 2-core development machine. Most tests start TensorFlow
 # processes (two ranks in many), so more workers than cores only share the same cores, and a fixed
 # count keeps the memory bounded (about 3 GB a worker at most) where -n auto would start one per core.
-# Serial tests that a parallel session includes share one worker (--dist loadgroup, tests/conftest.py).
+# --dist loadgroup hands a worker whole groups (tests/conftest.py): a module's tests, so that its
+# fixtures (one run asserted many ways) are made once; the serial tests a parallel session includes
+# form one group, so that one namespace cluster is built at a time.
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 

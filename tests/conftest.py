@@ -23,12 +23,15 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if CLUSTER_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.serial)
-        # Under `make test-fast`'s two workers (--dist loadgroup) the serial tests it includes share one
-        # worker and so never overlap: two workers would each build the same namespace cluster and
-        # tear down each other's.
+        # Under two workers (--dist loadgroup) a group runs whole on one worker. The serial tests a
+        # parallel session includes form one group and so never overlap: two workers would each build
+        # the same namespace cluster and tear down each other's. Every other test is grouped with its
+        # module, so that a module's fixtures (a 2-rank run asserted many ways, a built report) are
+        # made once, not once on each worker that draws one of its tests.
         # (The TensorFlow 2.15 environment has no pytest-xdist, nor its marker.)
-        if item.get_closest_marker("serial") and item.config.pluginmanager.hasplugin("xdist"):
-            item.add_marker(pytest.mark.xdist_group("serial"))
+        if item.config.pluginmanager.hasplugin("xdist"):
+            group = "serial" if item.get_closest_marker("serial") else item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def subprocess_env(**extra):
@@ -121,6 +124,22 @@ def small_data(tmp_path_factory):
     return str(out)
 
 
+# The generated BERT set: 64 tokens, 10 predictions a sequence.
+BERT_SEQ, BERT_PRED = 64, 10
+
+
+@pytest.fixture(scope="session")
+def bert_data(tmp_path_factory):
+    """The generated learnable set at 64 tokens / 10 predictions, with its tiny bert_config.json: one
+    per test session (per worker), shared by every module that trains BERT."""
+    from models.bert import prepare
+    out = tmp_path_factory.mktemp("bert") / "data"
+    prepare.write_learnable_dataset(str(out), seq_length=BERT_SEQ, max_predictions=BERT_PRED,
+                                    train_records=2048, eval_records=512, train_shards=4, eval_shards=2,
+                                    seed=1)
+    return out
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The report of a good sweep (a straggler, step splits) beside Dell's published 8-GPU ResNet-50
@@ -138,6 +157,11 @@ def built(tmp_path_factory):
 # Tiny training settings: 2 steps per epoch at batch 32, one epoch, evaluation at its end.
 TINY = ["--preset", "tiny_cpu", "--set", "image_size=32", "--set", "epochs=1", "--set", "eval_offset=1",
         "--set", "epochs_between_evals=1", "--set", "log_every=1", "--set", "warmup_epochs=0.5"]
+# BERT's tiny preset cut to a dozen steps, for runs whose launch path is under test, not the learning:
+# its run_stop is then "aborted" (the target not reached), which the checker accepts as for any run out
+# of budget. At the preset's global batch of 32 it evaluates once, after its last step.
+SHORT_BERT = ["--preset", "tiny_cpu", "--set", "train_steps=12", "--set", "warmup_steps=2", "--set",
+              "eval_interval_samples=384", "--set", "log_every=4"]
 
 
 # ---- the four-host cluster ------------------------------------------------------------------------

@@ -10,11 +10,11 @@ import shutil
 import pytest
 
 from models.bert.presets import PRESETS
-from conftest import assert_fails_only_on_accuracy, check_log, read_json, read_log, run, train_cmd
+from conftest import (BERT_PRED as PRED, BERT_SEQ as SEQ, assert_fails_only_on_accuracy, check_log, read_json,
+                      read_log, run, train_cmd)
 from test_bad_input import (assert_aborted, assert_not_started, assert_one_line_error, assert_ranks_report,
                             rank_lines)
 
-SEQ, PRED = 64, 10
 BERT_LARGE_JSON = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
                    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 4096,
                    "max_position_embeddings": 512, "num_attention_heads": 16, "num_hidden_layers": 24,
@@ -24,16 +24,6 @@ BERT_LARGE_JSON = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "h
 def bert(*args, np=1, timeout=300):
     launcher = ("horovodrun",) if np > 1 else ()
     return run(train_cmd(*args, launcher=launcher, np=np, module="models.bert"), timeout=timeout)
-
-
-@pytest.fixture(scope="session")
-def bert_data(tmp_path_factory):
-    """The generated learnable set at 64 tokens / 10 predictions, with its tiny bert_config.json."""
-    from models.bert import prepare
-    out = tmp_path_factory.mktemp("bert") / "data"
-    prepare.write_learnable_dataset(str(out), seq_length=SEQ, max_predictions=PRED, train_records=2048,
-                                    eval_records=512, train_shards=4, eval_shards=2, seed=1)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +97,10 @@ def large_run(bert_data, tmp_path_factory):
     shutil.copytree(bert_data, data_dir, ignore=shutil.ignore_patterns("eval"))
     _small_eval_set(bert_data, data_dir, records=16)
     run_dir = root / "run"
+    # One evaluation, after the second step, where the preset evaluates after each: the closed rules'
+    # checks need one, and each BERT-large evaluation costs seconds of both cores.
     result = bert("--preset", "closed_path_cpu", "--data-dir", str(data_dir), "--run-dir", str(run_dir),
-                  "--set", f"bert_config={config}", timeout=900)
+                  "--set", f"bert_config={config}", "--set", "eval_interval_samples=8", timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return run_dir
 
