@@ -48,11 +48,13 @@ lint: setup
 # pytest-xdist workers: one per core of the 2-core development machine. Most tests start TensorFlow
 # processes (two ranks in many), so more workers than cores only share the same cores, and a fixed
 # count keeps the memory bounded (about 3 GB a worker at most) where -n auto would start one per core.
-# --dist loadgroup hands a worker whole groups (tests/conftest.py): a module's tests, so that its
-# fixtures (one run asserted many ways) are made once; the serial tests a parallel session includes
-# form one group, so that one namespace cluster is built at a time.
+# --dist loadfile hands a worker whole modules: a module's fixtures (one run asserted many ways, a
+# namespace cluster) are made once, and the serial tests a parallel session includes (the two-host
+# pre-flight checks, all in tests/test_two_hosts.py) run on one worker, one cluster at a time.
+# (Not --dist loadgroup: under pytest 9 a test's node id no longer takes xdist 3.8's group suffix,
+# so its xdist_group marks group nothing and two workers built the same cluster.)
 TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadgroup
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 
 # The whole suite on the pinned TensorFlow 2.18 in two phases, then the TensorFlow 2.15 compatibility
 # subset: first every test not marked serial on $(TEST_WORKERS) workers, then the serial ones (namespace

@@ -23,15 +23,6 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if CLUSTER_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.serial)
-        # Under two workers (--dist loadgroup) a group runs whole on one worker. The serial tests a
-        # parallel session includes form one group and so never overlap: two workers would each build
-        # the same namespace cluster and tear down each other's. Every other test is grouped with its
-        # module, so that a module's fixtures (a 2-rank run asserted many ways, a built report) are
-        # made once, not once on each worker that draws one of its tests.
-        # (The TensorFlow 2.15 environment has no pytest-xdist, nor its marker.)
-        if item.config.pluginmanager.hasplugin("xdist"):
-            group = "serial" if item.get_closest_marker("serial") else item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def subprocess_env(**extra):

@@ -1,6 +1,7 @@
 """Watching a job from outside: its processes, its log's progress, a bounded wait."""
 import os
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -43,6 +44,43 @@ def alive(pid):
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def link_bytes_while_training(read_counters, run_dir, job):
+    """{host: (sent, received)} on the hosts' links from run_dir's run_start to its run_stop, read with
+    read_counters() (host -> (sent, received) so far) while `job` runs. Not around the whole command:
+    the link probe before run_start sends at the link's full rate for seconds, more than a short run's
+    gradients, and would hide a host the allreduce left out. None when the run never started."""
+    log = run_dir / "result_0.txt"
+    before = after = None
+    while after is None:
+        ended = job.poll() is not None
+        text = log.read_text() if log.exists() else ""
+        if before is None and '"key": "run_start"' in text:
+            before = read_counters()
+        if before is not None and ('"key": "run_stop"' in text or ended):
+            after = read_counters()
+        elif ended:
+            return None
+        time.sleep(0.2)
+    return {host: (after[host][0] - before[host][0], after[host][1] - before[host][1]) for host in after}
+
+
+def run_watching_links(command, run_dir, env, read_counters, timeout):
+    """Runs `command` from the repository to its end: (exit code, its output, the link bytes of
+    link_bytes_while_training)."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as output:
+        job = subprocess.Popen(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
+        try:
+            moved = link_bytes_while_training(read_counters, run_dir, job)
+            job.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+        output.seek(0)
+        return job.returncode, output.read(), moved
 
 
 def start_long_run(command, run_dir, env=None):

@@ -181,6 +181,9 @@ class TwoHosts:
                     pass
             _sh("ip", "netns", "del", ns, check=False)
             shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+            # A veth end still on the machine (its creator stopped before moving it into its namespace)
+            # would make the next `ip link add` of the same name fail.
+            _sh("ip", "link", "del", self.links[name], check=False)
 
         self._remove_switch()
 
