@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import REPO, TINY, read_log, subprocess_env
+from conftest import REPO, TINY, read_json, read_log, subprocess_env
 
 
 def processes_of(run_dir):
@@ -81,6 +81,19 @@ def run_watching_links(command, run_dir, env, read_counters, timeout):
                 job.wait()
         output.seek(0)
         return job.returncode, output.read(), moved
+
+
+def assert_every_link_carried_the_gradients(run_dir, link_bytes):
+    """However an allreduce over several hosts is done (a ring, halving and doubling, a tree), each
+    host's share of the sum leaves it and the others' shares reach it: every step moves at least the
+    gradient's size out of and into every host (link_bytes: host -> (sent, received) over the run's
+    training). A host the allreduce left out moves next to nothing. One step is allowed for the
+    counters being read every 0.2 s."""
+    summary = read_json(run_dir / "summary.json")
+    least = summary["gradient_bytes"] * (summary["steps"] - 1)
+    assert link_bytes and least > 0, (link_bytes, summary["steps"])
+    for host, (sent, received) in link_bytes.items():
+        assert sent > least and received > least, (host, sent, received, least)
 
 
 def start_long_run(command, run_dir, env=None):
