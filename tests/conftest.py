@@ -39,6 +39,18 @@ def subprocess_env(**extra):
     return env
 
 
+# What a namespace host's command finds on PATH: the environment, then the system's, not this machine's
+# own PATH (a host is a login of its own).
+HOST_PATH = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+
+
+def host_env(**extra):
+    """subprocess_env for a command run on a namespace host."""
+    env = subprocess_env(**extra)
+    env["PATH"] = HOST_PATH
+    return env
+
+
 def run(args, timeout=600, **env):
     """Runs a command from the repository root; a hang fails the test instead of the suite."""
     return subprocess.run(args, cwd=REPO, env=subprocess_env(**env), capture_output=True, text=True,

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import (BIN, REPO, SHORT_BERT, check_log, filled_hostfile, read_json, read_log, run,
-                      subprocess_env)
+from conftest import REPO, SHORT_BERT, check_log, filled_hostfile, host_env, read_json, read_log, run
 from jobs import (assert_ends_closed, assert_every_link_carried_the_gradients, assert_killed_rank_named,
                   long_training, run_watching_links, start_long_run)
 from test_bad_input import TAG
@@ -36,8 +35,7 @@ pytestmark = pytest.mark.slow
 
 def on_first_host(cluster, command, timeout=900, extra_env=None):
     """`command` run on the first host from the repository, with this test environment."""
-    env = subprocess_env(**(extra_env or {}))
-    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    env = host_env(**(extra_env or {}))
     return cluster.run(cluster.names[0], command, timeout=timeout, env=env, cwd=REPO)
 
 
@@ -67,8 +65,7 @@ def link_counters(cluster):
 
 def run_with_counters(cluster, command, run_dir, timeout=1500, extra_env=None):
     """Runs `command` on the first host, the link counters read over run_dir's training."""
-    env = subprocess_env(**(extra_env or {}))
-    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    env = host_env(**(extra_env or {}))
     start = time.monotonic()
     code, said, moved = run_watching_links(cluster.wrap(cluster.names[0], command), run_dir, env,
                                            lambda: link_counters(cluster), timeout)
@@ -274,8 +271,7 @@ def test_a_rank_killed_on_the_third_host_ends_the_job_on_every_host(four_hosts, 
                                                                     small_data, tmp_path):
     run_dir = tmp_path / "run"
     launcher, model_flags, extra = LAUNCHES["horovodrun-gloo"](hostfile_2, profile)
-    env = subprocess_env(**extra)
-    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    env = host_env(**extra)
     command = [*launcher, "-m", "models.resnet50", *long_training(small_data, run_dir), *model_flags]
     job = start_long_run(four_hosts.wrap(four_hosts.names[0], command), run_dir, env)
     third = four_hosts.names[2]
@@ -485,8 +481,7 @@ def test_a_hung_probe_on_a_host_is_named_within_its_bound(four_hosts, hostfile_2
     command = four_hosts.wrap(four_hosts.names[0], [
         sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile_2, "--profile", profile,
         "--check-hosts", "--", "models.bert"])
-    env = subprocess_env()
-    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    env = host_env()
     start = time.monotonic()
     job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import BIN, REPO, TINY, check_log, read_json, read_log, subprocess_env
+from conftest import REPO, TINY, check_log, host_env, read_json, read_log
 from jobs import (assert_ends_closed, assert_every_link_carried_the_gradients, assert_killed_rank_named,
                   long_training, run_watching_links, start_long_run)
 from twohosts import LINK, ClusterUnavailable, TwoHosts
@@ -83,8 +83,7 @@ def one_rank_each(tmp_path_factory):
 
 def on_h1(cluster, command, timeout=900, extra_env=None):
     """`command` run on h1 from the repository, with this test environment (PATH, PYTHONPATH, Open MPI)."""
-    env = subprocess_env(**(extra_env or {}))
-    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    env = host_env(**(extra_env or {}))
     return cluster.run("h1", command, timeout=timeout, env=env, cwd=REPO)
 
 
@@ -187,8 +186,7 @@ def two_host_run(request, cluster, hostfile, one_rank_each, profile, small_data,
     slots = hostfile if request.param == TWO_PER_HOST else one_rank_each
     launcher, model_flags, extra = LAUNCHES[request.param](slots, profile)
     model = ["-m", "models.resnet50"] if request.param != "suite.launch" else ["models.resnet50"]
-    env = subprocess_env(**extra)
-    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    env = host_env(**extra)
     command = [*launcher, *model, *TINY, "--set", "seed=9", "--data-dir", small_data, "--run-dir",
                str(run_dir), *model_flags]
     code, output, moved = run_watching_links(cluster.wrap("h1", command), run_dir, env,
@@ -317,8 +315,7 @@ def test_a_rank_killed_on_the_second_host_ends_the_job_with_a_closed_log(
 def start_fault_run(launch, cluster, hostfile, profile, small_data, run_dir):
     launcher, model_flags, extra = LAUNCHES[launch](hostfile, profile)
     model = ["-m", "models.resnet50"] if launch != "suite.launch" else ["models.resnet50"]
-    env = subprocess_env(**extra)
-    env["PATH"] = BIN + os.pathsep + "/usr/local/bin:/usr/bin:/bin"
+    env = host_env(**extra)
     command = [*launcher, *model, *long_training(small_data, run_dir), *model_flags]
     return start_long_run(cluster.wrap("h1", command), run_dir, env)
 
