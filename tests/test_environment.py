@@ -49,3 +49,16 @@ def test_the_pinned_tensorflow_is_the_one_installed():
     assert installed.get(device_name) == version, (device_name, installed.get(device_name))
     if "tf-keras" in pins:
         assert installed.get("tf-keras") == pins["tf-keras"]
+
+
+def test_every_pin_is_the_version_installed():
+    """A pin pip resolved around (another package asking for a different version) would go unnoticed
+    otherwise: ml-dtypes, for one, is pinned for its import time, below what pip would pick."""
+    installed = _installed()
+    requirements = "requirements.txt" if "tf-keras" in installed else "requirements-tf2.15.txt"
+    pinned = _pins(os.path.join(REPO, requirements))
+    pins = {re.sub(r"[-_.]+", "-", name): version for name, version in pinned.items()}
+    device = {"tensorflow-cpu": "tensorflow"} if installed.get("tensorflow") else {}
+    wrong = {name: (version, installed.get(device.get(name, name))) for name, version in pins.items()
+             if installed.get(device.get(name, name)) != version}
+    assert not wrong, f"{requirements}: pinned and installed differ: {wrong}"
