@@ -47,21 +47,23 @@ lint: setup
 
 # pytest-xdist workers: one per core of the 2-core development machine. Most tests start TensorFlow
 # processes (two ranks in many), so more workers than cores only share the same cores, and a fixed
-# count keeps the memory bounded (about 3 GB a worker at most) where -n auto would start one per core.
-# --dist loadfile hands a worker whole modules: a module's fixtures (one run asserted many ways, a
-# namespace cluster) are made once, and the serial tests a parallel session includes (the two-host
-# pre-flight checks, all in tests/test_two_hosts.py) run on one worker, one cluster at a time.
+# count keeps the memory bounded (about 3 GB a worker at most in the first phase, two 8-rank runs of
+# about 5 GB in the second) where -n auto would start one per core. --dist loadfile hands a worker
+# whole modules: a module's fixtures (one run asserted many ways, a namespace cluster) are made once.
 # (Not --dist loadgroup: under pytest 9 a test's node id no longer takes xdist 3.8's group suffix,
-# so its xdist_group marks group nothing and two workers built the same cluster.)
+# so its xdist_group marks group nothing.) Two workers that build the same kind of cluster get
+# namespaces of their own (tests/twohosts.py, worker_prefix).
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile
 
-# The whole suite on the pinned TensorFlow 2.18 in two phases, then the TensorFlow 2.15 compatibility
-# subset: first every test not marked serial on $(TEST_WORKERS) workers, then the serial ones (namespace
-# clusters, more than 3 GB, tight timing bounds) alone, one after another; docs/testing.md.
+# The whole suite on the pinned TensorFlow 2.18 in three phases, then the TensorFlow 2.15 compatibility
+# subset: every test not marked serial on $(TEST_WORKERS) workers; then the serial ones (namespace
+# clusters, 8 ranks, timing bounds), whole modules on $(TEST_WORKERS) workers, so at most two heavy
+# tests share the cores; then the ones marked alone (over 10 GB), one after another; docs/testing.md.
 test: setup lint
 	$(PY) -m pytest -m "not serial" $(XDIST) --durations=60
-	$(PY) -m pytest -m serial --durations=60
+	$(PY) -m pytest -m "serial and not alone" $(XDIST) --durations=60
+	$(PY) -m pytest -m alone --durations=20
 	@$(MAKE) --no-print-directory test-tf2.15
 
 # The inner loop: lint, unit tests and single-process runs (every test not marked slow, i.e. not

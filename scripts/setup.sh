@@ -127,7 +127,21 @@ create_environment() {
   fi
   local wheel; wheel=$(build_horovod_wheel "$venv" "$device")
   quiet_pip "$venv" install --no-deps "$wheel"
+  # --check-build imports TensorFlow; keep its start-up chatter out of the way. Once per environment:
+  # it starts three TensorFlow processes (about 15 s on two cores), too much for every `make demo`.
+  TF_CPP_MIN_LOG_LEVEL=3 "$venv/bin/horovodrun" --check-build 2>/dev/null >&2 \
+    || die "horovodrun --check-build failed in $venv"
   touch "$venv/.complete"
+}
+
+# What the editable install of the suite depends on: this clone's path and its packaging files.
+suite_install_key() {
+  local file
+  { echo "$repo_dir"
+    for file in setup.cfg setup.py pyproject.toml; do
+      [[ -f $repo_dir/$file ]] && cat "$repo_dir/$file"
+    done
+    true; } | sha256sum | cut -c1-12
 }
 
 main() {
@@ -141,12 +155,16 @@ main() {
   if [[ ! -f $venv/.complete ]]; then
     create_environment "$venv" "$device"
   fi
-  ln -sfn "$venv" "$env_link"
-  # The suite itself, editable, so console scripts point at this clone.
-  (cd "$repo_dir" && quiet_pip "$venv" install --no-deps --no-build-isolation -e .)
-  # --check-build imports TensorFlow; keep its start-up chatter out of the way.
-  TF_CPP_MIN_LOG_LEVEL=3 "$venv/bin/horovodrun" --check-build 2>/dev/null >&2 \
-    || die "horovodrun --check-build failed in $venv"
+  # Relinked only when it points elsewhere: `make demo` runs this while other processes (a test run
+  # beside it) start from the link, which `ln -sfn` removes for a moment.
+  [[ $(readlink "$env_link" 2>/dev/null) == "$venv" ]] || ln -sfn "$venv" "$env_link"
+  # The suite itself, editable, so console scripts point at this clone; reinstalled only when the
+  # clone or its packaging changed since the last install into this environment.
+  local key; key=$(suite_install_key)
+  if [[ $(cat "$venv/.suite-install" 2>/dev/null) != "$key" ]]; then
+    (cd "$repo_dir" && quiet_pip "$venv" install --no-deps --no-build-isolation -e .)
+    echo "$key" >"$venv/.suite-install"
+  fi
   log "ready: $env_link -> $venv ($device)"
 }
 

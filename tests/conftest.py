@@ -12,10 +12,15 @@ pytest_plugins = ("slurmcluster",)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 
-# The session fixtures that build namespace clusters with fixed names (four_hosts below, slurm and slurm4 in
-# slurmcluster.py): a test that asks for one is serial wherever it lives, so `make test` runs it in its
-# second phase, alone.
+# The session fixtures that build namespace clusters (four_hosts below, slurm and slurm4 in slurmcluster.py):
+# a test that asks for one is serial wherever it lives, so `make test` runs it in its second phase, beside
+# at most one other such test (each pytest-xdist worker's clusters have names of their own:
+# twohosts.worker_prefix).
 CLUSTER_FIXTURES = {"four_hosts", "slurm", "slurm4"}
+# The runs too large for anything beside them: the 32-rank headline run (about 21 GB over its four hosts)
+# and BERT-large's closed code path (about 14 GB in one process). `make test` runs a test that asks for
+# one in its third phase, alone.
+ALONE_FIXTURES = {"headline", "large_run"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
@@ -23,6 +28,9 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if CLUSTER_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.serial)
+        if ALONE_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.serial)
+            item.add_marker(pytest.mark.alone)
 
 
 def subprocess_env(**extra):

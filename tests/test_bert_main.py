@@ -120,13 +120,11 @@ def _small_eval_set(source, data_dir, records):
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # large_run: about 14 GB, alone in make test's second phase
 def test_bert_large_code_path_fails_the_closed_rules_only_on_accuracy(large_run):
     assert_fails_only_on_accuracy(large_run / "result_0.txt", "2.1.0", "training_2.1.0/closed_bert.yaml")
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # large_run: about 14 GB, alone in make test's second phase
 def test_bert_large_log_holds_the_398_tensors_and_the_lamb_keys(large_run):
     events = read_log(large_run / "result_0.txt")
     values = {e["key"]: e["value"] for e in events}

@@ -7,6 +7,7 @@ CPU rank then prints. scripts/setup.sh installs tf-keras without its requirement
 import importlib.metadata
 import os
 import re
+import subprocess
 
 from conftest import REPO, container_check_run
 
@@ -62,3 +63,27 @@ def test_every_pin_is_the_version_installed():
     wrong = {name: (version, installed.get(device.get(name, name))) for name, version in pins.items()
              if installed.get(device.get(name, name)) != version}
     assert not wrong, f"{requirements}: pinned and installed differ: {wrong}"
+
+
+def test_a_repeated_setup_leaves_the_environment_it_runs_from_alone():
+    """`make demo` runs the set-up again while other processes start from `.venv` (a test run beside it):
+    the link is not remade and the suite not reinstalled when nothing they depend on changed."""
+    legacy = "tf-keras" in _installed()
+    link = os.path.join(REPO, ".venv" if legacy else ".venv-tf2.15")
+    knobs = {} if legacy else {"SUITE_REQUIREMENTS": "requirements-tf2.15.txt",
+                               "SUITE_ENV_LINK": ".venv-tf2.15"}
+
+    def set_up():
+        result = subprocess.run(["bash", "scripts/setup.sh"], cwd=REPO, env={**os.environ, **knobs},
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr
+        return result.stderr.strip().splitlines()[-1]
+
+    set_up()  # brings an install older than this clone's packaging up to date first
+    environment = os.path.realpath(link)
+    link_before, log_before = os.lstat(link), os.stat(environment + ".pip.log").st_mtime_ns
+    ready = rf"\[setup\] ready: {re.escape(link)} -> {re.escape(environment)} \((cpu|gpu)\)"
+    assert re.fullmatch(ready, set_up())
+    link_after = os.lstat(link)
+    assert (link_after.st_ino, link_after.st_mtime_ns) == (link_before.st_ino, link_before.st_mtime_ns)
+    assert os.stat(environment + ".pip.log").st_mtime_ns == log_before, "pip ran again"

@@ -10,7 +10,8 @@ import pytest
 from conftest import REPO, check_log, container_check_run, read_json, read_log, run
 from test_attribution import assert_attribution_adds_up
 
-# `make demo` with its 2 ranks and its timeline: `make test`'s second phase, alone (docs/testing.md).
+# `make demo` with its 2 ranks and its timeline (a core's worth on rank 0): `make test`'s second phase,
+# beside at most one other heavy test (docs/testing.md).
 pytestmark = pytest.mark.serial
 
 check_run = container_check_run()

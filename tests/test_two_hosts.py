@@ -26,9 +26,9 @@ from twohosts import LINK, ClusterUnavailable, TwoHosts
 from suite.cluster import hostfile as hostfile_format
 from suite.common import profiles
 
-# Namespace hosts with fixed names (mlh-h1, mlh-h2): `make test`'s second phase, alone; under `make
-# test-fast`'s two workers --dist loadfile keeps every test of the module on one worker (Makefile),
-# since a second worker building the same cluster tears down the first one's.
+# Namespace hosts (mlh-h1, mlh-h2; a worker's number after mlh under pytest-xdist): `make test`'s second
+# phase. --dist loadfile keeps every test of the module on one worker (Makefile), so the module's
+# cluster is built once.
 pytestmark = pytest.mark.serial
 
 # No veth pair reaches this (GB/s): the profile's expectation that the pre-run probe must miss.

@@ -54,12 +54,19 @@ def free_subnet():
     raise ClusterUnavailable(f"every candidate subnet ({', '.join(CANDIDATE_SUBNETS)}) is in use here")
 
 
+def worker_prefix(prefix):
+    """prefix, with this pytest-xdist worker's number after it (gw1 -> 1) under a parallel session: two
+    workers that build the same kind of cluster at once get namespaces and links of their own."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return prefix + worker[2:] if worker.startswith("gw") and worker[2:].isdigit() else prefix
+
+
 class TwoHosts:
     """Hosts h1 and h2, each a namespace with sshd on SSH_PORT; names resolve to their link addresses."""
 
     def __init__(self, workdir, prefix="mlh", names=("h1", "h2")):
         self.workdir = str(workdir)
-        self.prefix = prefix
+        self.prefix = prefix = worker_prefix(prefix)
         self.names = names
         self.namespaces = {name: f"{prefix}-{name}" for name in names}
         self.links = {name: f"{prefix}{index}" for index, name in enumerate(names, start=1)}
@@ -233,8 +240,8 @@ class BridgedHosts(TwoHosts):
     def __init__(self, workdir, names, prefix="mlb"):
         super().__init__(workdir, prefix=prefix, names=tuple(names))
         # Namespace names stay short and unique: <prefix>-<index>; the host names are the hostfile's.
-        self.namespaces = {name: f"{prefix}-{index}" for index, name in enumerate(self.names, start=1)}
-        self.switch = f"{prefix}-switch"
+        self.namespaces = {name: f"{self.prefix}-{index}" for index, name in enumerate(self.names, start=1)}
+        self.switch = f"{self.prefix}-switch"
         self.ports = {name: f"port{index}" for index, name in enumerate(self.names, start=1)}
 
     def _wire(self):
