@@ -59,6 +59,13 @@ def host_env(**extra):
     return env
 
 
+def on_first_host(cluster, command, timeout=900, extra_env=None):
+    """`command` run on a namespace cluster's first host (h1 of two) from the repository, with this test
+    environment (PATH, PYTHONPATH, Open MPI)."""
+    env = host_env(**(extra_env or {}))
+    return cluster.run(cluster.names[0], command, timeout=timeout, env=env, cwd=REPO)
+
+
 def run(args, timeout=600, **env):
     """Runs a command from the repository root; a hang fails the test instead of the suite."""
     return subprocess.run(args, cwd=REPO, env=subprocess_env(**env), capture_output=True, text=True,

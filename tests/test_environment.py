@@ -23,6 +23,11 @@ def _installed():
     return names
 
 
+def _requirements_file(installed):
+    """The requirements file the running environment was made from: tf-keras is only in 2.18's."""
+    return "requirements.txt" if "tf-keras" in installed else "requirements-tf2.15.txt"
+
+
 def _pins(path):
     pins = {}
     with open(path) as handle:
@@ -42,7 +47,7 @@ def test_one_tensorflow_distribution():
 def test_the_pinned_tensorflow_is_the_one_installed():
     """tensorflow-cpu on this CPU machine (the GPU set-up swaps in `tensorflow` of the same version)."""
     installed = _installed()
-    requirements = "requirements.txt" if "tf-keras" in installed else "requirements-tf2.15.txt"
+    requirements = _requirements_file(installed)
     pins = _pins(os.path.join(REPO, requirements))
     tensorflow = {name: version for name, version in pins.items() if name in TENSORFLOW_DISTRIBUTIONS}
     (name, version), = tensorflow.items()
@@ -56,7 +61,7 @@ def test_every_pin_is_the_version_installed():
     """A pin pip resolved around (another package asking for a different version) would go unnoticed
     otherwise: ml-dtypes, for one, is pinned for its import time, below what pip would pick."""
     installed = _installed()
-    requirements = "requirements.txt" if "tf-keras" in installed else "requirements-tf2.15.txt"
+    requirements = _requirements_file(installed)
     pinned = _pins(os.path.join(REPO, requirements))
     pins = {re.sub(r"[-_.]+", "-", name): version for name, version in pinned.items()}
     device = {"tensorflow-cpu": "tensorflow"} if installed.get("tensorflow") else {}

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import REPO, SHORT_BERT, check_log, filled_hostfile, host_env, read_json, read_log, run
+from conftest import (REPO, SHORT_BERT, check_log, filled_hostfile, host_env, on_first_host, read_json,
+                      read_log, run)
 from jobs import (assert_ends_closed, assert_every_link_carried_the_gradients, assert_killed_rank_named,
                   long_training, run_watching_links, start_long_run)
 from test_bad_input import TAG
@@ -31,12 +32,6 @@ from suite.cluster.launch import FQDN_VARIABLE
 
 # Every test here needs the four namespace hosts (or runs ranks on them): none belongs in make test-fast.
 pytestmark = pytest.mark.slow
-
-
-def on_first_host(cluster, command, timeout=900, extra_env=None):
-    """`command` run on the first host from the repository, with this test environment."""
-    env = host_env(**(extra_env or {}))
-    return cluster.run(cluster.names[0], command, timeout=timeout, env=env, cwd=REPO)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import REPO, TINY, check_log, host_env, read_json, read_log
+from conftest import TINY, check_log, host_env, on_first_host, read_json, read_log
 from jobs import (assert_ends_closed, assert_every_link_carried_the_gradients, assert_killed_rank_named,
                   long_training, run_watching_links, start_long_run)
 from twohosts import LINK, ClusterUnavailable, TwoHosts
@@ -81,10 +81,7 @@ def one_rank_each(tmp_path_factory):
     return str(path)
 
 
-def on_h1(cluster, command, timeout=900, extra_env=None):
-    """`command` run on h1 from the repository, with this test environment (PATH, PYTHONPATH, Open MPI)."""
-    env = host_env(**(extra_env or {}))
-    return cluster.run("h1", command, timeout=timeout, env=env, cwd=REPO)
+on_h1 = on_first_host  # h1 is the two-host cluster's first host
 
 
 def launch_args(hostfile, profile="local-cpu"):
