@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from suite.cluster import hostfile, linkprobe, preflight, slurmcheck
 from suite.cluster.hostfile import Host, HostfileError
 from suite.common import linkverdict, modelargs, profiles, runfiles
-from suite.common.linkprobe import verdict as link_verdict
+from suite.common.linkprobe import measure as link_measure
 from suite.common.config import ConfigError
 from suite.common.profiles import ProfileError
 
@@ -551,10 +551,10 @@ def probe_links(plan, python):
     """(the verdict for env.json, one line per named host) of the link probe of every host of the plan."""
     names = [host.name for host in plan.hosts]
     directory = os.getcwd()
-    answers, failures = linkprobe.probe_hosts(
-        names, lambda host, argv: preflight.start_on(host, argv, directory), python=python)
     expected = plan.profile.expected_link_gbits if plan.profile is not None else None
-    return link_verdict(names, answers, expected, failures, measured_by="launcher")
+    return link_measure(names, lambda: linkprobe.probe_hosts(
+        names, lambda host, argv: preflight.start_on(host, argv, directory), python=python),
+        expected, measured_by="launcher")
 
 
 def check_links(plan, args, verbose):

@@ -19,6 +19,13 @@ buffered but never delivered does not count). A host is named when its slower di
 WARN_BELOW of the profile's expected_link_gbits, or, without that figure, below PEER_FRACTION of the
 median of its peers. A host whose agent does not answer (unreachable, a hung probe) is named too,
 within connect_seconds + the rounds + a margin.
+
+A host named for its rate alone is measured again before it is named (measure()): a second pass of
+the same rounds, and each direction's figure is the best of both passes. A degraded cable is slow in
+both; a host whose transfers met a burst of load elsewhere on its cores (a neighbour's job, a
+daemon) is not, and a probe that cries wolf teaches users to ignore it. A healthy cluster pays for the
+second pass only when a first one suspected a host; a host that gave no answer is named at once, so
+the bound on an unreachable or hung host does not double.
 """
 import json
 import socket
@@ -132,6 +139,35 @@ def _read_exactly(connection, size):
 
 # ---- the verdict, where the agents' answers come together -----------------------------------------
 
+def measure(hosts, run_pass, expected_gbits=None, measured_by=None):
+    """(record, lines) of one pass of run_pass() -> (answers, failures), and of a second when the first
+    named a host for its rate alone (never for a missing answer). Whoever calls it on several machines
+    gets the same verdict from the same answers, so all of them run the second pass or none does."""
+    answers, failures = run_pass()
+    record, lines = verdict(hosts, answers, expected_gbits, failures, measured_by)
+    if not record["slow_hosts"] or not all(_named_for_rate(record, host) for host in record["slow_hosts"]):
+        return record, lines
+    again, failures = run_pass()
+    record, lines = verdict(hosts, _both_passes(answers, again), expected_gbits, failures, measured_by)
+    record["passes"] = 2
+    return record, lines
+
+
+def _named_for_rate(record, host):
+    figures = record["hosts"][host]
+    return figures["send_gbits"] is not None and figures["receive_gbits"] is not None
+
+
+def _both_passes(first, second):
+    """The second pass's answers, each with the first pass's transfers too (rates() keeps the best)."""
+    both = {}
+    for host, answer in second.items():
+        earlier = first.get(host)
+        both[host] = answer if answer is None or earlier is None else {
+            **answer, "received": earlier["received"] + answer["received"]}
+    return both
+
+
 def rates(hosts, answers):
     """{host: {"send_gbits", "receive_gbits"}}: each direction's best figure over its peers."""
     found = {host: {"send": [], "receive": []} for host in hosts}
@@ -177,7 +213,7 @@ def verdict(hosts, answers, expected_gbits=None, failures=None, measured_by=None
     record = {"method": f"ring peers at offsets {offsets(len(hosts))}, a round each",
               "expected_link_gbits": expected_gbits,
               "hosts": {host: {**measured[host], "named": host in slow} for host in hosts},
-              "slow_hosts": slow, "lines": lines, "measured_by": measured_by}
+              "slow_hosts": slow, "lines": lines, "measured_by": measured_by, "passes": 1}
     return record, lines
 
 

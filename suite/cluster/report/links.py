@@ -16,7 +16,7 @@ def links_section(data):
     intro = ("Before each multi-host launch every host sent to and received from up to three peers of the "
              "ring over TCP (a round each); a host's figure is the best of its peers in each direction, and "
              "it is named when its slower direction falls below the profile's expected_link_gbits (80 % "
-             "of it) or half its peers' median. ")
+             "of it) or half its peers' median, in a second pass too when the first suspected it. ")
     intro += (f"Named: {', '.join(named)}." if named else "No host was named.")
     header = ["system", "run", "host", "sends (Gbit/s)", "receives (Gbit/s)", "verdict"]
     return [("h2", "Links per host (measured before the launch)"), ("p", intro), ("table", header, rows)]
