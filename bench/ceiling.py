@@ -354,7 +354,7 @@ def verdict(ratio, model, value):
 
 def machine_facts():
     return {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "nproc": len(os.sched_getaffinity(0)), "cpu_model": _cpu_model(),
+            "nproc": len(os.sched_getaffinity(0)), "cpu_model": _cpu_model(), "cpu_vectors": cpu_vectors(),
             "memory_gib": _memory_gib(), "python": platform.python_version(),
             "tensorflow": _version("tensorflow-cpu", "tensorflow"), "horovod": _version("horovod"),
             "git_revision": _git_revision(), "load_average_start": list(os.getloadavg())}
@@ -369,6 +369,35 @@ def _cpu_model():
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def cpu_vectors(flags=None):
+    """The CPU's widest vector instructions, as /proc/cpuinfo's flags say: what TensorFlow's CPU kernels
+    run on, and whether it turns oneDNN on by default (only with AVX-512 VNNI, BF16 or AMX). Two
+    machines with the same model name can differ here by a factor of three in a ResNet-50 step."""
+    if flags is None:
+        try:
+            with open("/proc/cpuinfo") as handle:
+                flags = next((line.split(":", 1)[1].split() for line in handle
+                              if line.startswith("flags")), [])
+        except OSError:
+            return "unknown"
+    flags = set(flags)
+    if "avx512f" not in flags:
+        return "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
+    extras = [name for flag, name in (("avx512_vnni", "VNNI"), ("avx512_bf16", "BF16"), ("amx_tile", "AMX"))
+              if flag in flags]
+    return "AVX-512" + (f" with {', '.join(extras)}" if extras else "")
+
+
+def machine_line(facts):
+    """The benches' line on where and on what they measured."""
+    cpu = facts["cpu_model"] + (f" ({facts['cpu_vectors']})" if facts.get("cpu_vectors") else "")
+    return (f"Machine: nproc {facts['nproc']}, {cpu}, {facts['memory_gib']} GiB; Python {facts['python']}, "
+            f"TensorFlow {facts['tensorflow']}, Horovod {facts['horovod']}; "
+            f"revision {facts['git_revision']}. "
+            f"Load average (1, 5, 15 min) at the start {_load(facts['load_average_start'])}, at the end "
+            f"{_load(facts['load_average_end'])}.")
 
 
 def _memory_gib():
@@ -401,10 +430,7 @@ def _git_revision():
 def markdown(rows, chosen, facts, invocation, rounds, complete=True):
     cut = "" if complete else f" Interrupted after {len(rows)} run(s): the tables hold those alone."
     lines = [f"Measured {facts['date_utc']} with `{invocation}`: {rounds} round(s), alternating order.{cut}",
-             f"Machine: nproc {facts['nproc']}, {facts['cpu_model']}, {facts['memory_gib']} GiB; Python "
-             f"{facts['python']}, TensorFlow {facts['tensorflow']}, Horovod {facts['horovod']}; revision "
-             f"{facts['git_revision']}. Load average (1, 5, 15 min) at the start "
-             f"{_load(facts['load_average_start'])}, at the end {_load(facts['load_average_end'])}.",
+             machine_line(facts),
              *_load_warning(rows, facts["nproc"]), ""]
     for workload in chosen:
         lines += _workload_tables(rows, workload)

@@ -281,11 +281,7 @@ def target_text(scale_key, model, value, per_round):
 def markdown(rows, models, scales, facts, invocation, rounds, workloads_by_model, complete=True):
     cut = "" if complete else f" Interrupted after {len(rows)} run(s): the tables hold those alone."
     lines = [f"Measured {facts['date_utc']} with `{invocation}`: {rounds} round(s), alternating order.{cut}",
-             f"Machine: nproc {facts['nproc']}, {facts['cpu_model']}, {facts['memory_gib']} GiB; Python "
-             f"{facts['python']}, TensorFlow {facts['tensorflow']}, Horovod {facts['horovod']}; revision "
-             f"{facts['git_revision']}. Load average (1, 5, 15 min) at the start "
-             f"{ceiling._load(facts['load_average_start'])}, at the end "
-             f"{ceiling._load(facts['load_average_end'])}.",
+             ceiling.machine_line(facts),
              *ceiling._load_warning(rows, facts["nproc"]), ""]
     for model in models:
         lines += model_tables(rows, workloads_by_model[model], scales)

@@ -228,3 +228,16 @@ def test_canonical_scripts_refuse_bad_flags_in_one_line(capsys, tmp_path):
             canonical_bert.parse_args(flags)
         assert ended.value.code == 2
         assert named in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("flags, said", [
+    ("fpu sse2 avx avx2 fma", "AVX2, no AVX-512"),
+    ("sse2 avx avx2 avx512f avx512bw avx512_vnni avx512_bf16", "AVX-512 with VNNI, BF16"),
+    ("sse2 avx2 avx512f amx_tile", "AVX-512 with AMX"),
+    ("sse2 sse4_2", "no AVX2")])
+def test_the_machine_line_says_the_cpus_vector_instructions(flags, said):
+    # Same model name, a factor of three apart in a ResNet-50 step: the line must tell them apart.
+    facts = {"nproc": 2, "cpu_model": "AMD EPYC", "cpu_vectors": ceiling.cpu_vectors(flags.split()),
+             "memory_gib": 23.5, "python": "3.11", "tensorflow": "2.18.1", "horovod": "0.28.1",
+             "git_revision": "abc", "load_average_start": [1, 1, 1], "load_average_end": [1, 1, 1]}
+    assert ceiling.machine_line(facts).startswith(f"Machine: nproc 2, AMD EPYC ({said}), 23.5 GiB;")
