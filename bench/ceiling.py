@@ -373,8 +373,9 @@ def _cpu_model():
 
 def cpu_vectors(flags=None):
     """The CPU's widest vector instructions, as /proc/cpuinfo's flags say: what TensorFlow's CPU kernels
-    run on, and whether it turns oneDNN on by default (only with AVX-512 VNNI, BF16 or AMX). Two
-    machines with the same model name can differ here by a factor of three in a ResNet-50 step."""
+    run on, and one of what decides whether it turns its oneDNN kernels on by default (on an AVX2-only
+    EPYC, TensorFlow 2.18's IsMklEnabled() said no). Two machines with the same model name can differ
+    here by a factor of three in a ResNet-50 step."""
     if flags is None:
         try:
             with open("/proc/cpuinfo") as handle:
