@@ -68,7 +68,10 @@ def test_a_host_slow_in_one_pass_only_is_measured_again_and_not_named():
 
 
 def test_a_host_slow_in_both_passes_is_named():
-    run_pass, calls = passes_of(answers(5.0, slow="c"), answers(4.0, slow="c", slow_gbits=0.2))
+    second = answers(4.0, slow="c", slow_gbits=0.2)
+    for row in second["b"]["received"]:
+        row["bytes"] /= 4  # b's receiving met a burst of load in the second pass only: its first counts
+    run_pass, calls = passes_of(answers(5.0, slow="c"), second)
     record, lines = linkprobe.measure(HOSTS, run_pass, measured_by="launcher")
     assert record["slow_hosts"] == ["c"] and len(calls) == 2
     assert len(lines) == 1 and lines[0].startswith("host c: its link measured 0.2 Gbit/s")
