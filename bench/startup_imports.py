@@ -1,12 +1,17 @@
-"""What a rank's imports cost before it can start Horovod, and what one package version changes in it.
+"""What a rank's imports cost before it can start Horovod, and what one change to them saves.
 
 Each round starts fresh interpreters that import what a rank imports before `hvd.init`
 (`suite.train.session`: TensorFlow, tf-keras, Horovod) and time it from outside (the interpreter's own
-start-up included). With `--overlay DIR` every round also times the same import with DIR first on
-PYTHONPATH (a folder made by `pip install --no-deps --target DIR <package>==<version>`), the two in
-alternating order, so that a drift in the machine's load hits both alike.
+start-up included). Every round times the variants in alternating order, so that a drift in the
+machine's load hits them alike:
 
-    .venv/bin/python bench/startup_imports.py [--rounds 7] [--overlay DIR] [--module suite.train.session]
+- the plain import;
+- with `--overlay DIR`, the same with DIR first on PYTHONPATH (a folder made by
+  `pip install --no-deps --target DIR <package>==<version>`);
+- with `--lean`, the import as the entry points make it, inside `suite.lean_tensorflow_import()`
+  (tf-keras's optional pandas and SciPy held back).
+
+    .venv/bin/python bench/startup_imports.py [--rounds 7] [--overlay DIR] [--lean] [--module M]
 """
 import argparse
 import json
@@ -23,7 +28,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="fresh interpreters per variant")
     parser.add_argument("--module", default="suite.train.session", help="what each interpreter imports")
-    parser.add_argument("--overlay", help="a folder put first on PYTHONPATH for the second variant")
+    parser.add_argument("--overlay", help="a folder put first on PYTHONPATH for a variant of its own")
+    parser.add_argument("--lean", action="store_true",
+                        help="also time the import inside suite.lean_tensorflow_import(), as a rank makes it")
     parser.add_argument("--out", help="write the rows as JSON here")
     return parser.parse_args(argv)
 
@@ -34,10 +41,15 @@ def _environment(overlay):
     return env
 
 
-def time_import(module, overlay=None):
-    """(seconds, the versions the interpreter saw) for one fresh interpreter importing `module`."""
-    probe = (f"import {module}, json, ml_dtypes, numpy;"
-             "print(json.dumps({'ml_dtypes': ml_dtypes.__version__, 'numpy': numpy.__version__}))")
+def time_import(module, overlay=None, lean=False):
+    """(seconds, what the interpreter saw) for one fresh interpreter importing `module`: the versions
+    of ml-dtypes and NumPy, and whether pandas and SciPy were loaded."""
+    importing = (f"import suite\nwith suite.lean_tensorflow_import():\n    import {module}\n" if lean
+                 else f"import {module}\n")
+    probe = importing + (
+        "import json, sys, ml_dtypes, numpy\n"
+        "print(json.dumps({'ml_dtypes': ml_dtypes.__version__, 'numpy': numpy.__version__,\n"
+        "                  'pandas_and_scipy_loaded': 'pandas' in sys.modules or 'scipy' in sys.modules}))")
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=_environment(overlay),
                           capture_output=True, text=True, check=True)
@@ -45,15 +57,17 @@ def time_import(module, overlay=None):
 
 
 def measure(args):
-    variants = [("environment as installed", None)]
+    variants = [("environment as installed", None, False)]
     if args.overlay:
-        variants.append((f"{args.overlay} first on PYTHONPATH", args.overlay))
-    seconds = {name: [] for name, _ in variants}
+        variants.append((f"{args.overlay} first on PYTHONPATH", args.overlay, False))
+    if args.lean:
+        variants.append(("inside suite.lean_tensorflow_import()", None, True))
+    seconds = {name: [] for name, _, _ in variants}
     seen = {}
     for round_number in range(args.rounds):
         order = variants if round_number % 2 == 0 else variants[::-1]
-        for name, overlay in order:
-            elapsed, versions = time_import(args.module, overlay)
+        for name, overlay, lean in order:
+            elapsed, versions = time_import(args.module, overlay, lean)
             seconds[name].append(elapsed)
             seen[name] = versions
     return [{"variant": name, "versions": seen[name], "median_seconds": round(statistics.median(values), 3),
@@ -65,13 +79,16 @@ def main(argv=None):
     rows = measure(args)
     print(f"import {args.module} in a fresh interpreter, {args.rounds} round(s), alternating order; "
           f"load average at the end {os.getloadavg()[0]:.2f}")
-    print("| variant | ml_dtypes | median (s) | every round (s) |")
-    print("|---|---|---:|---|")
+    print("| variant | ml_dtypes | pandas, SciPy loaded | median (s) | every round (s) |")
+    print("|---|---|---|---:|---|")
     for row in rows:
-        print(f"| {row['variant']} | {row['versions']['ml_dtypes']} | {row['median_seconds']:.2f} | "
-              f"{', '.join(f'{value:.2f}' for value in row['seconds'])} |")
-    if len(rows) == 2:
-        print(f"ratio, second over first: {rows[1]['median_seconds'] / rows[0]['median_seconds']:.3f}")
+        loaded = "yes" if row["versions"]["pandas_and_scipy_loaded"] else "no"
+        rounds = ", ".join(f"{value:.2f}" for value in row["seconds"])
+        print(f"| {row['variant']} | {row['versions']['ml_dtypes']} | {loaded} | "
+              f"{row['median_seconds']:.2f} | {rounds} |")
+    for row in rows[1:]:
+        print(f"ratio, {row['variant']} over {rows[0]['variant']}: "
+              f"{row['median_seconds'] / rows[0]['median_seconds']:.3f}")
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(rows, handle, indent=1)

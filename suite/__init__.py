@@ -8,8 +8,10 @@ suite.common   what both import: configs and presets, the workload contract, clu
 
 This file only sets TensorFlow's environment before any TensorFlow import.
 """
+import contextlib
 import importlib.util
 import os
+import sys
 
 
 def _legacy_keras_available():
@@ -28,6 +30,28 @@ if _legacy_keras_available():
 # TensorFlow's C++ start-up and info lines (oneDNN, CPU features, ...) stay hidden: a rank's first line
 # is the suite's own. A user's own setting wins, and the entry points' --verbose shows them all.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+# tf-keras imports pandas and SciPy at its start when they are installed, for uses no rank has
+# (DataFrames given to fit(), sparse inputs, ImageDataGenerator's transforms), and mlperf-logging
+# installs both for its result summarizer. Together they were about a fifth of a rank's imports
+# (BENCHMARKS.md, "A rank's imports").
+TENSORFLOW_EXTRAS_HELD_BACK = ("pandas", "scipy")
+
+
+@contextlib.contextmanager
+def lean_tensorflow_import(held_back=TENSORFLOW_EXTRAS_HELD_BACK):
+    """Within it, importing TensorFlow skips the optional packages `held_back` (their imports fail
+    as if they were not installed, which tf-keras tolerates); after it, they import as usual."""
+    blocked = [name for name in held_back if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # the import system's own "not importable" marker
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 def show_tensorflow_messages():

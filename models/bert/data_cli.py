@@ -4,6 +4,8 @@ import argparse
 import os
 import sys
 
+import suite
+
 
 def main(argv=None) -> int:
     """Runs one subcommand; returns 0 on success, 1 when `check` finds problems, 2 on bad input."""
@@ -12,7 +14,8 @@ def main(argv=None) -> int:
     if args.name == "check" and not (args.data_dir or args.checkpoint_dir):
         parser.error("check needs --data-dir, --checkpoint-dir or both")
     # Imported here so --help and usage errors do not wait for TensorFlow.
-    from models.bert import data, prepare
+    with suite.lean_tensorflow_import():
+        from models.bert import data, prepare
 
     try:
         return args.command(args, data, prepare)

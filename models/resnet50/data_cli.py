@@ -4,12 +4,15 @@ import argparse
 import os
 import sys
 
+import suite
+
 
 def main(argv=None) -> int:
     """Runs one subcommand; returns 0 on success, 1 when `check` finds problems, 2 on bad input."""
     args = _parser().parse_args(argv)
     # Imported here so --help and usage errors do not wait for TensorFlow.
-    from models.resnet50 import data, prepare
+    with suite.lean_tensorflow_import():
+        from models.resnet50 import data, prepare
 
     try:
         return args.command(args, data, prepare)

@@ -36,7 +36,8 @@ def main(spec, argv=None):
         profile, record = apply_profile(args.profile)
     except profiles.ProfileError as err:
         return _fail(rank, err, code=2)
-    from suite.train.session import Options, run
+    with suite.lean_tensorflow_import():
+        from suite.train.session import Options, run
     return run(spec, config, args.preset, args.run_dir,
                Options(profile=profile, profile_record=record, require_rdma=args.require_rdma,
                        require_links=args.require_links, throughput=args.throughput))
