@@ -34,7 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # tf-keras imports pandas and SciPy at its start when they are installed, for uses no rank has
 # (DataFrames given to fit(), sparse inputs, ImageDataGenerator's transforms), and mlperf-logging
-# installs both for its result summarizer. Together they were about a fifth of a rank's imports
+# installs both for its result summarizer. Without them a rank's imports took 2.92 s against 3.53
 # (BENCHMARKS.md, "A rank's imports").
 TENSORFLOW_EXTRAS_HELD_BACK = ("pandas", "scipy")
 

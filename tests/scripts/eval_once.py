@@ -7,12 +7,13 @@ import os
 import json
 import sys
 
-import suite  # noqa: F401
+import suite
 
-from models.resnet50.presets import PRESETS, ResNetConfig
-from models.resnet50.workload import build_job
-from suite.train import dist, loop
-from suite.common.config import resolve
+with suite.lean_tensorflow_import():  # as a rank imports TensorFlow
+    from models.resnet50.presets import PRESETS, ResNetConfig
+    from models.resnet50.workload import build_job
+    from suite.train import dist, loop
+    from suite.common.config import resolve
 
 
 def main(data_dir, eval_batch, weights, out_path):
