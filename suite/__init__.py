@@ -6,7 +6,7 @@ suite.cluster  on a login node or a laptop, never importing TensorFlow or Horovo
 suite.common   what both import: configs and presets, the workload contract, cluster profiles,
                files, allreduce arithmetic; no TensorFlow, no Horovod.
 
-This file only sets TensorFlow's environment before any TensorFlow import.
+This file only sets TensorFlow's environment, and what its import leaves out, before any TensorFlow import.
 """
 import contextlib
 import importlib.util
