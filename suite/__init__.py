@@ -6,7 +6,8 @@ suite.cluster  on a login node or a laptop, never importing TensorFlow or Horovo
 suite.common   what both import: configs and presets, the workload contract, cluster profiles,
                files, allreduce arithmetic; no TensorFlow, no Horovod.
 
-This file only sets TensorFlow's environment, and what its import leaves out, before any TensorFlow import.
+This file only sets TensorFlow's environment, and what its import leaves out, before any
+TensorFlow import.
 """
 import contextlib
 import importlib.util
@@ -34,8 +35,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # tf-keras imports pandas and SciPy at its start when they are installed, for uses no rank has
 # (DataFrames given to fit(), sparse inputs, ImageDataGenerator's transforms), and mlperf-logging
-# installs both for its result summarizer. Without them a rank's imports took 2.92 s against 3.53
-# (BENCHMARKS.md, "A rank's imports").
+# installs both (its result summarizer and RCP checker). Without them a rank's imports took 2.92 s
+# against 3.53 (BENCHMARKS.md, "A rank's imports").
 TENSORFLOW_EXTRAS_HELD_BACK = ("pandas", "scipy")
 
 
