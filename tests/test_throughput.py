@@ -129,6 +129,7 @@ def test_throughput_over_two_ranks_reports_each_rank_and_their_sum(tmp_path):
     assert env["environment"]["OMPI_MCA_mpi_yield_when_idle"] == "1"
 
 
+@pytest.mark.slow  # two ranks under horovodrun
 def test_gradient_allreduce_off_is_refused_on_more_than_one_rank(tmp_path):
     result = run(train_cmd(*THROUGHPUT, "--set", "global_batch_size=32", "--throughput",
                            "--set", "gradient_allreduce=false", "--run-dir", str(tmp_path / "t"),
