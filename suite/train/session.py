@@ -333,7 +333,8 @@ def _abort(spec, state, err):
         # The rank watch or the signal watcher is closing the run and ends the process in a moment.
         time.sleep(PEER_GRACE_SECONDS)
         return 1
-    if getattr(err, "on_every_rank", False) and world is not None and not world.is_root:
+    shared_verdict = getattr(err, "on_every_rank", False)
+    if shared_verdict and world is not None and not world.is_root:
         # Every rank reached this verdict at the same point; rank 0 says it and closes the log. This
         # rank waits for it to end its side first, since this exit makes the launcher signal it.
         state.closed.set()
@@ -352,7 +353,7 @@ def _abort(spec, state, err):
     else:
         message = _one_line(state.job, err)
     _close_log(state, message)
-    if not getattr(err, "on_every_rank", False):
+    if not shared_verdict:
         # Not for a verdict every rank reached (a NaN loss): its input is healthy, and freeing it took
         # 6.6 s on a loaded two-core machine while the other ranks waited for this rank's line.
         _stop_input_threads(err)
