@@ -107,6 +107,12 @@ def assert_fails_only_on_accuracy(log_path, ruleset, config):
     assert not offending, output
 
 
+def imported_modules(importtime_stderr):
+    """The modules `python -X importtime` (or PYTHONPROFILEIMPORTTIME=1) lists, as their imports end."""
+    return [line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
+            if line.startswith("import time:") and "|" in line]
+
+
 def read_log(log_path):
     """MLPerf events as dicts, in order."""
     events = []

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, subprocess_env
+from conftest import REPO, imported_modules, subprocess_env
 
 DOCS = ("docs/launching.md", "hostfiles/README.md")
 # Pages whose every bash block is marked on the line above it: `<!-- doc-test: run -->` blocks run in
@@ -121,8 +121,7 @@ def test_example_runs_as_written(place, command, before, clean_clone):
     said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
     assert result.returncode == documented_exit(command, before), result.stdout[-2000:] + "\n".join(said)
     assert not [line for line in said if line.startswith("error")], said
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
-                if line.startswith("import time:")}
+    imported = set(imported_modules(result.stderr))
     assert "suite.common.modelargs" in imported  # the model check ran
     assert not {name for name in imported if name.split(".")[0] in ("tensorflow", "horovod")
                 or name.startswith("suite.train")}

@@ -7,8 +7,7 @@ import sys
 import pytest
 
 import suite
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO, imported_modules
 
 
 def test_a_held_back_module_cannot_be_imported_inside_and_imports_after():
@@ -46,12 +45,6 @@ def test_a_rank_imports_tensorflow_without_pandas_or_scipy_and_both_still_import
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"during": [], "keras_output": [1, 2], "after": ["pandas", "scipy.sparse"]}
-
-
-def imported_modules(importtime_stderr):
-    """The modules `python -X importtime` lists, in the order their imports end."""
-    return [line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
-            if line.startswith("import time:") and "|" in line]
 
 
 def test_a_ranks_entry_point_loads_tensorflow_and_horovod_without_pandas_or_scipy(tmp_path):
