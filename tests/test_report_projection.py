@@ -125,3 +125,17 @@ def test_a_curve_that_falls_at_its_end_is_not_called_rising(tmp_path):
     make_sweep(folder, curve=((1 << 19, 1.1e-3), (1 << 20, 4.8e-3)))
     found, = projection.banners(sweep_folder.load_sweep(folder))
     assert "bus bandwidth fell 54% between the two largest sizes" in found and "rose" not in found
+
+
+def test_a_flat_curve_that_stops_below_the_gradient_is_no_plateau_to_trust(tmp_path):
+    # busbw is 1 GB/s at 512K and at 1M: flat, but the 94 MB gradient is 90 times the largest size.
+    folder = str(tmp_path / "sweep")
+    make_sweep(folder, curve=((1 << 19, (1 << 19) / 1e9), (1 << 20, (1 << 20) / 1e9)))
+    found, = projection.banners(sweep_folder.load_sweep(folder))
+    assert found.startswith(f"ALLREDUCE CURVE STOPS BELOW THE GRADIENT ({system(2)})")
+    assert "flat from 512K to 1M" in found and "94.0 MB gradient" in found and "--max-bytes 128M" in found
+    assert report.main([folder]) == 0
+    with open(os.path.join(folder, "report", "report.md")) as handle:
+        markdown = handle.read()
+    assert "> **WARNING: ALLREDUCE CURVE STOPS BELOW THE GRADIENT" in top_of(markdown)
+    assert "the plateau is their median, 1.000 GB/s. BELOW THE GRADIENT" in markdown

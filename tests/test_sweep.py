@@ -609,12 +609,19 @@ def test_report_of_the_sweep(swept):
             assert f"| {start} | {stop} | {minutes:.4f} |" in text
     assert (report / "allreduce.png").exists() and "Projected beside measured" in text
     # The projection sizes the allreduce from the model the runs trained (2 classes), not ResNet-50's 1,000.
-    from suite.cluster.scaling import RESNET50_PARAMS
+    from suite.cluster.scaling import RESNET50_PARAMS, max_bytes_for
     recorded = read_json(swept.out / "runs" / SYSTEMS[0] / "run_0" / "summary.json")
     assert recorded["gradient_bytes"] == 4 * recorded["trainable_parameters"] < 4 * RESNET50_PARAMS
     assert f"S = {recorded['gradient_bytes']:,} bytes" in text
     # The fixture's allreduce stops at 256K, far below the gradient: the report must say so at the top.
-    assert "WARNING: ALLREDUCE CURVE NEVER REACHED ITS PLATEAU" in text.split("\n## ", 1)[0]
+    # Whether busbw still rose at 256K or looked flat there is down to the machine's noise; either way
+    # the banner asks for a curve that reaches the gradient's size.
+    from suite.cluster.report.formats import size
+    top = text.split("\n## ", 1)[0]
+    assert ("WARNING: ALLREDUCE CURVE NEVER REACHED ITS PLATEAU" in top
+            or "WARNING: ALLREDUCE CURVE STOPS BELOW THE GRADIENT" in top)
+    wanted = size(max_bytes_for(recorded["gradient_bytes"], 256 << 10))
+    assert f'--max-bytes {wanted}" (at least the {recorded["gradient_bytes"] / 1e6:.1f} MB gradient)' in top
     # Every scale's step split: 2 processes from their timeline window, 1 process by definition.
     split = text.split("## Where the efficiency went (measured)", 1)[1].split("\n## ", 1)[0]
     assert all(f"| {system} |" in split for system in SYSTEMS), split

@@ -135,6 +135,9 @@ def banners(data, asked="auto"):
         if not plateau.reached:
             found.append(f"ALLREDUCE CURVE NEVER REACHED ITS PLATEAU ({scale.system}): "
                          + no_plateau(plateau, inputs.gradient[0]))
+        elif plateau.largest_bytes < inputs.gradient[0]:
+            found.append(f"ALLREDUCE CURVE STOPS BELOW THE GRADIENT ({scale.system}): "
+                         + short_of_gradient(plateau, inputs.gradient[0]))
     return found
 
 
@@ -147,6 +150,19 @@ def no_plateau(plateau, gradient_bytes):
     else:
         shape = (f"bus bandwidth fell {100 * -plateau.rise:.0f}% between the two largest sizes (up to "
                  f"{size(plateau.largest_bytes)}): the end of the curve is noise, not a plateau. {used}.")
-    return (f"{shape} Rerun the sweep with --allreduce-args \"--max-bytes "
+    return f"{shape} {_rerun(plateau, gradient_bytes)}"
+
+
+def short_of_gradient(plateau, gradient_bytes):
+    """Why a flat stretch measured far below the gradient's size is no plateau to project from."""
+    return (f"bus bandwidth is flat from {size(plateau.sizes[0])} to {size(plateau.largest_bytes)}, but the "
+            f"training allreduces a {gradient_bytes / 1e6:.1f} MB gradient. A flat stretch of small messages "
+            f"can be a step of per-message latency rather than the link's bandwidth, so the projection's "
+            f"{plateau.busbw_gbps:.3f} GB/s is unconfirmed at the gradient's size. "
+            f"{_rerun(plateau, gradient_bytes)}")
+
+
+def _rerun(plateau, gradient_bytes):
+    return (f"Rerun the sweep with --allreduce-args \"--max-bytes "
             f"{size(scaling.max_bytes_for(gradient_bytes, plateau.largest_bytes))}\" (at least the "
             f"{gradient_bytes / 1e6:.1f} MB gradient).")
