@@ -24,7 +24,7 @@ TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:")
 TRACEBACK = "Traceback (most recent call last)"
 
 SINGLE_TIMEOUT = 180
-LAUNCH_TIMEOUT = 150
+LAUNCH_TIMEOUT = 300
 
 
 def meaningful(lines):

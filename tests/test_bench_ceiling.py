@@ -198,10 +198,13 @@ def test_canonical_resnet50_trains_one_process_and_writes_its_json(tmp_path):
     rank = written["per_rank"][0]
     assert rank["samples_per_second"] > 0
     assert written["samples_per_second"] == pytest.approx(rank["samples_per_second"])
-    # the rate over the timed steps agrees with their median step time (3 steps of 2 images)
-    assert rank["samples_per_second"] == pytest.approx(2000 / rank["step_ms_p50"], rel=0.5)
+    # the rate is the timed steps' images over their time: 3 steps of 2 images inside the timed window,
+    # which holds those steps and nothing else (a loaded machine stretches steps, not this arithmetic)
     start, end = rank["timed_window"]
-    assert 0 < end - start < 3 * rank["step_ms_p50"] / 1000 * 3
+    assert 0 < rank["step_ms_p50"] / 1000 < end - start
+    over_window = 3 * 2 / (end - start)
+    assert over_window <= 1.001 * rank["samples_per_second"]  # the window: wall clock; steps: perf_counter
+    assert rank["samples_per_second"] == pytest.approx(over_window, rel=0.2)
     assert '"samples_per_second"' in result.stdout  # rank 0 prints what it writes
 
 

@@ -98,8 +98,8 @@ def test_a_rank_that_ends_on_a_shared_verdict_waits_for_rank_0_to_say_done():
             far.sendall(b"beat\n")  # heartbeats do not end the wait
             time.sleep(0.25)
         far.sendall(b"done\n")
+    started = time.monotonic()  # before rank 0 starts its second of heartbeats
     threading.Thread(target=rank_0, daemon=True).start()
-    started = time.monotonic()
     watch.done()
     assert watch.await_ends(10)
     assert 0.9 < time.monotonic() - started < 5

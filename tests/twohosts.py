@@ -156,17 +156,20 @@ class TwoHosts:
         log = open(os.path.join(self.workdir, f"sshd-{name}.log"), "w")
         self._servers.append(subprocess.Popen(self.wrap(name, sshd), stdout=log, stderr=subprocess.STDOUT))
 
-    def _wait_for_ssh(self, seconds=20):
+    def _wait_for_ssh(self, seconds=60):
         deadline = time.monotonic() + seconds
         first = self.names[0]
         for other in self.names[1:]:
             while True:
-                result = self.run(first, [*self.ssh_command(other), "hostname"], check=False, timeout=10)
-                if result.returncode == 0 and result.stdout.strip() == other:
-                    break
+                try:
+                    result = self.run(first, [*self.ssh_command(other), "hostname"], check=False, timeout=10)
+                    said = (result.stderr or result.stdout).strip()[-300:]
+                    if result.returncode == 0 and result.stdout.strip() == other:
+                        break
+                except subprocess.TimeoutExpired:
+                    said = "no answer within 10 s"
                 if time.monotonic() > deadline:
-                    raise ClusterUnavailable(f"ssh from {first} to {other} did not come up: "
-                                             f"{(result.stderr or result.stdout).strip()[-300:]}")
+                    raise ClusterUnavailable(f"ssh from {first} to {other} did not come up: {said}")
                 time.sleep(0.3)
 
     def close(self):
