@@ -2,7 +2,7 @@
 and the banners on what makes the figures unfit for use."""
 import os
 
-from suite.cluster import report
+from suite.cluster import report, scaling
 from suite.cluster.report import figures, projection, sweep_folder
 from test_report import (GRADIENT, PLATEAU_BUSBW, STATUS, TIMES, WITH_PLATEAU, build, make_sweep,
                          per_rank_median, projection_table, report_cli, system, top_of)
@@ -139,3 +139,12 @@ def test_a_flat_curve_that_stops_below_the_gradient_is_no_plateau_to_trust(tmp_p
         markdown = handle.read()
     assert "> **WARNING: ALLREDUCE CURVE STOPS BELOW THE GRADIENT" in top_of(markdown)
     assert "the plateau is their median, 1.000 GB/s. BELOW THE GRADIENT" in markdown
+
+
+def test_a_flat_curve_up_to_256m_is_trusted_for_a_larger_gradient():
+    # BERT-large's 1.34 GB gradient against a curve flat from 256M to 1G: the curve nccl-tests measures.
+    flat_to_1g = scaling.plateau([{"bytes": n << 20, "busbw_gbps": 20.0} for n in (256, 512, 1024)])
+    assert flat_to_1g.reached and not projection.stops_short(flat_to_1g, 1_340_000_000)
+    flat_to_64m = scaling.plateau([{"bytes": n << 20, "busbw_gbps": 20.0} for n in (16, 32, 64)])
+    assert projection.stops_short(flat_to_64m, 94_048_520)
+    assert not projection.stops_short(flat_to_64m, 60_000_000)  # it covers this gradient

@@ -13,7 +13,8 @@ from suite.cluster.report.figures import (AGGREGATE, MIN_TIMED_STEPS, STEP_PARTS
                                           time_to_train)
 from suite.cluster.report.formats import fmt, pct, size, spread, step_range
 from suite.cluster.report.links import links_section
-from suite.cluster.report.projection import banners, no_plateau, projection_rows, short_of_gradient
+from suite.cluster.report.projection import (banners, no_plateau, projection_rows, short_of_gradient,
+                                             stops_short)
 from suite.cluster.report.published import PUBLISHED_RATIOS, REFERENCES
 
 
@@ -295,7 +296,7 @@ def _plateau_text(link, scale, plateau, gradient_bytes):
     text = (f"Bandwidth {where}, from {scale.system}: busbw is flat within "
             f"{100 * scaling.PLATEAU_TOLERANCE:g}% of the largest size's from {size(plateau.sizes[0])} to "
             f"{size(plateau.sizes[-1])}; the plateau is their median, {plateau.busbw_gbps:.3f} GB/s.")
-    if plateau.largest_bytes < gradient_bytes:
+    if stops_short(plateau, gradient_bytes):
         text += " BELOW THE GRADIENT: " + short_of_gradient(plateau, gradient_bytes)
     return text
 
