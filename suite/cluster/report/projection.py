@@ -155,9 +155,9 @@ def no_plateau(plateau, gradient_bytes):
 
 
 def stops_short(plateau, gradient_bytes):
-    """A flat curve whose largest size is below the gradient and below where busbw plateaus on a healthy
-    network (1G for nccl-tests): its flat stretch may be latency. A curve up to 256M or more is trusted
-    even for a larger gradient (BERT-large's 1.34 GB against a curve up to 1G)."""
+    """A flat curve whose largest size is below the gradient and below PLATEAU_BYTES (256M, under which
+    even a healthy network rarely plateaus): its flat stretch may be latency. A curve up to 256M or
+    more is trusted for a larger gradient (BERT-large's 1.34 GB against nccl-tests' usual 1G)."""
     return plateau.reached and plateau.largest_bytes < min(gradient_bytes, PLATEAU_BYTES)
 
 
