@@ -12,7 +12,8 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # A user's own value wins.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup setup-tf2.15 demo demo-bert test test-fast test-tf2.15 image-test lint clean
+.PHONY: setup setup-tf2.15 demo demo-bert test test-phase1 test-phase2 test-phase3 test-fast test-tf2.15 \
+	image-test lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -61,10 +62,20 @@ XDIST := -n $(TEST_WORKERS) --dist loadfile
 # clusters, 8 ranks, timing bounds), whole modules on $(TEST_WORKERS) workers, so at most two heavy
 # tests share the cores; then the ones marked alone (over 10 GB), one after another; docs/testing.md.
 test: setup lint
-	$(PY) -m pytest -m "not serial" $(XDIST) --durations=60
-	$(PY) -m pytest -m "serial and not alone" $(XDIST) --durations=60
-	$(PY) -m pytest -m alone --durations=20
+	@$(MAKE) --no-print-directory test-phase1
+	@$(MAKE) --no-print-directory test-phase2
+	@$(MAKE) --no-print-directory test-phase3
 	@$(MAKE) --no-print-directory test-tf2.15
+
+# make test's three phases as targets of their own, so that .ci/run can time each (scripts/ci_steps.sh).
+test-phase1: setup
+	$(PY) -m pytest -m "not serial" $(XDIST) --durations=60
+
+test-phase2: setup
+	$(PY) -m pytest -m "serial and not alone" $(XDIST) --durations=60
+
+test-phase3: setup
+	$(PY) -m pytest -m alone --durations=20
 
 # The inner loop: lint, unit tests and single-process runs (every test not marked slow, i.e. not
 # starting several processes), on $(TEST_WORKERS) workers; docs/testing.md.
