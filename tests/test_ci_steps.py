@@ -67,8 +67,8 @@ def test_a_failing_step_prints_the_table_and_exits_with_its_code():
                        'echo after')
     assert result.returncode == 3
     assert table(result.stdout) == [("make setup lint", "3 min 20 s", "ok"),
-                                        ("make test-phase1", "50 min 0 s", "failed (exit 3)"),
-                                        (".ci/run in all", "53 min 20 s")]
+                                    ("make test-phase1", "50 min 0 s", "failed (exit 3)"),
+                                    (".ci/run in all", "53 min 20 s")]
     assert "never" not in result.stdout and "after" not in result.stdout
     assert "[ci] warning: .ci/run took 53 min 20 s" in result.stdout
 
