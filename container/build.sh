@@ -7,7 +7,7 @@
 #   --device      which image (default: all): gpu = container/Dockerfile.gpu (NGC base),
 #                 cpu = container/Dockerfile.cpu (the set-up of make setup)
 #   --engine      docker (default) or buildah (Debian's; RUN steps under chroot isolation, layers
-#                 cached, and the Horovod wheel cache $SUITE_CACHE_DIR/images/wheels mounted in)
+#                 cached, and make setup's Horovod wheel cache $SUITE_CACHE_DIR/wheels mounted in)
 #   --base-image  build argument BASE_IMAGE: the Debian + Python 3.11 image under the CPU image and
 #                 the GPU image's suite-check stage (default: the Dockerfiles')
 #   --target      build up to this stage only, e.g. --device gpu --target suite-check (no NGC base)
@@ -104,17 +104,20 @@ run() {
 }
 
 # buildah: docker's image format (it keeps SHELL), RUN steps chrooted (no runtime needed), every
-# step's layer cached as docker does, and setup.sh's Horovod wheel kept on the host between builds,
-# so a build whose set-up layer changed still compiles Horovod only once. pip in the build trusts
+# step's layer cached as docker does, and the Horovod wheel cache of make setup on this host mounted
+# where the image's setup.sh looks: setup.sh keys a wheel on everything the binary depends on, so the
+# image installs the host's wheel when it fits and compiles (into the same cache) only when it does
+# not, and a build whose set-up layer changed compiles nothing the host has. pip in the build trusts
 # the host's CA bundle, so a build behind a TLS-inspecting proxy reaches the package index as the
 # host does: a copy of it and a pip.conf naming it, mounted as pip's site-wide configuration.
 buildah_build() {
-  local cache=${SUITE_CACHE_DIR:-$HOME/.cache/mlperf-hvd-suite}/images
+  local suite_cache=${SUITE_CACHE_DIR:-$HOME/.cache/mlperf-hvd-suite}
+  local cache=$suite_cache/images
   local ca_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
-  local mounts=(--volume "$cache/wheels:/root/.cache/mlperf-hvd-suite/wheels")
+  local mounts=(--volume "$suite_cache/wheels:/root/.cache/mlperf-hvd-suite/wheels")
   [[ ! -f $ca_bundle ]] || mounts+=(--volume "$cache/pip-config:/etc/xdg/pip:ro")
   if ((!dry_run)); then
-    mkdir -p "$cache/wheels"
+    mkdir -p "$suite_cache/wheels"
     if [[ -f $ca_bundle ]]; then
       mkdir -p "$cache/pip-config"
       cp "$ca_bundle" "$cache/pip-config/ca.crt"

@@ -1,7 +1,7 @@
 """Checks what the CPU image's own command left behind, seen from the host (make image-test).
 
     python3 container/check_run.py --config CONFIG.json --root ROOT --revision REV [--output LOG]
-                                   [--distributions FILE]
+                                   [--distributions FILE] [--epochs N]
 
 CONFIG.json is the image's configuration (the "config" of buildah inspect's "Docker"), ROOT
 the container's file system mounted on the host, REV the git revision the image was built from.
@@ -9,8 +9,11 @@ Checked: the image runs `make demo` (no entry point before it) in the suite's fo
 carries the revision and puts the suite's environment first on PATH; the demo's run directory under
 that folder holds the MLPerf log and the run files, rank 0 recorded the revision, 2 ranks and the
 suite's models.resnet50 in that folder as the program, and the run reached its target with the ranks'
-weights in sync; the demo's output has no line of TensorFlow's start-up (the CUDA build's complaints
-on a machine without a GPU, TensorFlow's info lines), and the image's environment holds exactly one
+weights in sync (with --epochs N, the command was run with DEMO_FLAGS="--set epochs=N": the run
+records that budget, trained and evaluated, and ended at its target or, short of it, aborted at the
+end of the budget, which the MLPerf checker accepts too); the demo's output has no line of
+TensorFlow's start-up (the CUDA build's complaints on a machine without a GPU, TensorFlow's info
+lines), and the image's environment holds exactly one
 TensorFlow distribution (FILE: the distribution names the image's python lists, one a line). Prints
 one line per problem and exits 1, or says what passed. Standard library only: it runs on the host,
 outside the suite's environment.
@@ -64,14 +67,16 @@ def read_json(path, problems):
         return {}
 
 
-def run_problems(run_dir, revision):
-    """What is wrong with the demo's run directory, as the image's command left it."""
+def run_problems(run_dir, revision, epochs=None):
+    """What is wrong with the demo's run directory, as the image's command left it; epochs: the
+    budget the command was given, None for the demo's own (train to the target)."""
     missing = [name for name in RUN_FILES if not os.path.isfile(os.path.join(run_dir, name))]
     if missing:
         return [f"{run_dir}: no {', '.join(missing)}"]
     problems = []
     env = read_json(os.path.join(run_dir, "env.json"), problems)
     summary = read_json(os.path.join(run_dir, "summary.json"), problems)
+    config = read_json(os.path.join(run_dir, "config.json"), problems)
     if env.get("git_revision") != revision:
         problems.append(f"env.json records git_revision {env.get('git_revision')!r}, not {revision!r}")
     if env.get("world_size") != WORLD_SIZE:
@@ -79,24 +84,44 @@ def run_problems(run_dir, revision):
     entry = f"{SUITE_DIR}/models/resnet50/__main__.py"
     if (env.get("command") or [None])[0] != entry:
         problems.append(f"env.json records the command {env.get('command')!r}, not {entry}")
-    if summary.get("status") != "success":
-        problems.append(f"summary.json status is {summary.get('status')!r}, not 'success'")
-    accuracy, target = summary.get("accuracy"), summary.get("target_accuracy")
-    if not (isinstance(accuracy, (int, float)) and isinstance(target, (int, float)) and accuracy >= target):
-        problems.append(f"summary.json accuracy {accuracy!r} is below the target {target!r}")
+    problems += outcome_problems(summary, config, epochs)
     if summary.get("weights_in_sync") is not True:
         problems.append("summary.json: the ranks' weights are not in sync")
     return problems
 
 
-def output_problems(path):
-    """The demo's own last words: the checker's SUCCESS and where the log is."""
+def outcome_problems(summary, config, epochs):
+    """How the run ended: at its target, or (given a budget of epochs) aborted with that budget spent."""
+    status = summary.get("status")
+    accuracy, target = summary.get("accuracy"), summary.get("target_accuracy")
+    reached = isinstance(accuracy, (int, float)) and isinstance(target, (int, float)) and accuracy >= target
+    if epochs is None:
+        problems = [] if status == "success" else [f"summary.json status is {status!r}, not 'success'"]
+        if not reached:
+            problems.append(f"summary.json accuracy {accuracy!r} is below the target {target!r}")
+        return problems
+    problems = []
+    given = (config.get("config") or {}).get("epochs")
+    if given != epochs:
+        problems.append(f"config.json records epochs {given!r}, not the {epochs} the command was given")
+    if not (isinstance(summary.get("steps"), int) and summary["steps"] > 0 and summary.get("evals")):
+        problems.append(f"summary.json: {summary.get('steps')!r} steps and {len(summary.get('evals') or [])} "
+                        "evaluations, not a run that trained and evaluated")
+    if status not in ("success", "aborted") or (status == "success") != reached:
+        problems.append(f"summary.json status is {status!r} at accuracy {accuracy!r} (target {target!r}): "
+                        "neither the target reached nor the budget spent short of it")
+    return problems
+
+
+def output_problems(path, epochs=None):
+    """The demo's own last words: how the run ended, the checker's SUCCESS and where the log is."""
     try:
         with open(path, errors="replace") as handle:
             text = handle.read()
     except OSError as err:
         return [f"{path}: {err.strerror}"]
-    wanted = ("run success", "INFO - SUCCESS", f"MLPerf log: {RUN_DIR}/result_0.txt")
+    ended = "run success" if epochs is None or "run success" in text else "run aborted"
+    wanted = (ended, "INFO - SUCCESS", f"MLPerf log: {RUN_DIR}/result_0.txt")
     problems = [f"{path}: the demo's output has no {line!r}" for line in wanted if line not in text]
     noisy = [line.strip() for line in text.splitlines()
              if any(word.lower() in line.lower() for word in START_UP_NOISE)]
@@ -128,21 +153,25 @@ def main(argv=None):
     parser.add_argument("--output", help="what the image's command printed")
     parser.add_argument("--distributions", metavar="FILE",
                         help="the distribution names the image's python lists, one a line")
+    parser.add_argument("--epochs", type=int, metavar="N",
+                        help='the command was run with DEMO_FLAGS="--set epochs=N" (default: the demo\'s own '
+                             "run, to its target)")
     args = parser.parse_args(argv)
     problems = []
     config = read_json(args.config, problems)
     problems += image_problems(config, args.revision)
     run_dir = os.path.join(args.root, (config.get("WorkingDir") or SUITE_DIR).lstrip("/"), RUN_DIR)
-    problems += run_problems(run_dir, args.revision)
+    problems += run_problems(run_dir, args.revision, args.epochs)
     if args.output:
-        problems += output_problems(args.output)
+        problems += output_problems(args.output, args.epochs)
     if args.distributions:
         problems += distribution_problems(args.distributions)
     for problem in problems:
         print(f"check_run: {problem}", file=sys.stderr)
     if problems:
         return 1
-    print(f"check_run: the image runs {' '.join(COMMAND)} in {SUITE_DIR}; {RUN_DIR} passed; "
+    budget = f" (epochs={args.epochs})" if args.epochs is not None else ""
+    print(f"check_run: the image runs {' '.join(COMMAND)} in {SUITE_DIR}; {RUN_DIR}{budget} passed; "
           f"revision {args.revision}")
     return 0
 

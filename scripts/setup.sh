@@ -83,15 +83,45 @@ environment_key() {
     "$python_bin" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12
 }
 
-# Builds the Horovod wheel once per (Horovod, TensorFlow, Python, device) and keeps it.
+# What the compiled Horovod depends on besides its sources, one word per part, so that two machines
+# (or the host and the image built on it) share a wheel exactly when it fits both: the TensorFlow it
+# is compiled against, the device (NCCL or not), the Python ABI of its extension modules (SOABI:
+# 3.11.7 and 3.11.2 are one ABI, the micro version is not part of it), the C library and C++
+# compiler it was linked with, and the MPI it links (its upstream version: Debian's rebuilds of
+# Open MPI 4.1.4 keep libmpi.so.40's ABI). On GPU hosts, CUDA's compiler too.
+wheel_key() {
+  local venv=$1 device=$2
+  local soabi glibc gxx mpi
+  soabi=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("SOABI"))')
+  glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | sed -n 's/^glibc //p')
+  gxx=$(g++ -dumpfullversion 2>/dev/null || true)
+  mpi=$(mpirun --version 2>/dev/null | head -n 1 || true)
+  if [[ $mpi =~ ^mpirun\ \(Open\ MPI\)\ ([0-9][0-9.]*)$ ]]; then
+    mpi=ompi${BASH_REMATCH[1]}
+  elif [[ -n $mpi ]]; then  # another MPI: its own banner, shortened
+    mpi=mpi$(sha256sum <<<"$mpi" | cut -c1-8)
+  fi
+  local key
+  key=horovod-$HOROVOD_VERSION-tf$(tensorflow_pin)-$device-$soabi-glibc${glibc:-none}-gcc${gxx:-none}-${mpi:-nompi}
+  if [[ $device == gpu ]]; then
+    key+=-cuda$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p' || true)
+  fi
+  printf '%s' "$key"
+}
+
+# Builds the Horovod wheel once per wheel_key and keeps it in the cache, which container/build.sh
+# mounts into the CPU image's build: an image that matches the host's key installs the host's wheel.
 build_horovod_wheel() {
   local venv=$1 device=$2
-  local pyver; pyver=$("$venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
-  local wheel_dir=$cache_dir/wheels/horovod-$HOROVOD_VERSION-tf$(tensorflow_pin)-py$pyver-$device
-  if ! compgen -G "$wheel_dir/horovod-*.whl" >/dev/null; then
-    log "building Horovod $HOROVOD_VERSION from source (a few minutes)"
-    local tmp_dir="$wheel_dir.partial.$$"
-    rm -rf "$tmp_dir"; mkdir -p "$tmp_dir"
+  local wheel_dir; wheel_dir=$cache_dir/wheels/$(wheel_key "$venv" "$device")
+  local wheel; wheel=$(compgen -G "$wheel_dir/horovod-*.whl" | head -n 1 || true)
+  if [[ -n $wheel ]]; then
+    log "reusing the Horovod wheel $wheel"
+  else
+    log "building Horovod $HOROVOD_VERSION from source into $wheel_dir (a few minutes)"
+    # A name of its own (mktemp): the host and an image build may compile beside each other.
+    mkdir -p "$cache_dir/wheels"
+    local tmp_dir; tmp_dir=$(mktemp -d "$wheel_dir.partial.XXXXXX")
     local gpu_ops=()
     [[ $device == gpu ]] && gpu_ops=(HOROVOD_GPU_OPERATIONS=NCCL)
     env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
@@ -101,8 +131,9 @@ build_horovod_wheel() {
         -w "$tmp_dir" "horovod==$HOROVOD_VERSION" >"$tmp_dir.log" 2>&1 \
       || { tail -n 40 "$tmp_dir.log" >&2; die "Horovod build failed (full log: $tmp_dir.log)"; }
     rm -rf "$wheel_dir"; mv "$tmp_dir" "$wheel_dir"; rm -f "$tmp_dir.log"
+    wheel=$(compgen -G "$wheel_dir/horovod-*.whl" | head -n 1) || die "pip wheel left no wheel in $wheel_dir"
   fi
-  compgen -G "$wheel_dir/horovod-*.whl" | head -n 1
+  printf '%s\n' "$wheel"
 }
 
 # pip's output goes to a log beside the environment; its last lines are shown on failure.
@@ -168,4 +199,7 @@ main() {
   log "ready: $env_link -> $venv ($device)"
 }
 
-main "$@"
+# Sourced (tests/test_container.py), it only defines its functions.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  main "$@"
+fi

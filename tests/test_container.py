@@ -52,13 +52,28 @@ def one_line_error(result, code, start, *culprits):
 
 # --- build.sh --engine buildah ---------------------------------------------------------------------
 
+def setup_sh(body, *, stand_ins=None, **env):
+    """bash with scripts/setup.sh sourced (its functions, not its main) and `body` run after it; the
+    stand-ins (name -> bash body) first on PATH."""
+    path = os.environ["PATH"]
+    if stand_ins:
+        bin_dir = stand_ins.pop("_dir")
+        os.makedirs(bin_dir, exist_ok=True)
+        for name, text in stand_ins.items():
+            with open(os.path.join(bin_dir, name), "w") as handle:
+                handle.write("#!/bin/bash\n" + text)
+            os.chmod(os.path.join(bin_dir, name), 0o755)
+        path = f"{bin_dir}:{path}"
+    return subprocess.run(["bash", "-c", f"source {REPO}/scripts/setup.sh\n{body}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": path, "HOME": os.environ.get("HOME", "/root"), **env})
+
+
 def setup_sh_wheel_cache():
-    """Where scripts/setup.sh keeps the Horovod wheel in a build (root, no SUITE_CACHE_DIR)."""
-    with open(os.path.join(REPO, "scripts", "setup.sh")) as handle:
-        text = handle.read()
-    default = re.search(r"^cache_dir=\$\{SUITE_CACHE_DIR:-\$HOME(/\S+)\}$", text, re.MULTILINE)[1]
-    assert "local wheel_dir=$cache_dir/wheels/" in text
-    return "/root" + default + "/wheels"
+    """Where scripts/setup.sh keeps the Horovod wheel in an image build (root, no SUITE_CACHE_DIR)."""
+    result = setup_sh('printf "%s" "$cache_dir/wheels"', HOME="/root")
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def test_buildah_build_caches_the_horovod_wheel_where_setup_looks(tmp_path):
@@ -78,12 +93,15 @@ def test_buildah_build_caches_the_horovod_wheel_where_setup_looks(tmp_path):
     words = bud.split()
     assert words[:2] == ["bud", "--format"] and words[2] == "docker"  # SHELL is kept only in docker format
     assert "--isolation chroot" in bud and "--layers" in bud
-    assert f"--volume {cache}/images/wheels:{setup_sh_wheel_cache()} " in bud
+    # make setup's own wheel cache on this host, where the image's setup.sh looks for its wheel.
+    host = setup_sh('printf "%s" "$cache_dir/wheels"', SUITE_CACHE_DIR=str(cache)).stdout
+    assert host == f"{cache}/wheels"
+    assert f"--volume {host}:{setup_sh_wheel_cache()} " in bud
     assert "--build-arg BASE_IMAGE=localhost/base:1 " in bud
     assert f"-f {CONTAINER}/Dockerfile.cpu " in bud and bud.endswith(f" {REPO}")
     # The cache exists on the host before the build mounts it; pip in the build trusts the host's CAs
     # (the site-wide pip configuration is read from /etc/xdg/pip/pip.conf).
-    assert (cache / "images" / "wheels").is_dir()
+    assert (cache / "wheels").is_dir() and not (cache / "images" / "wheels").exists()
     assert f"--volume {cache}/images/pip-config:/etc/xdg/pip:ro " in bud
     pip_config = cache / "images" / "pip-config"
     assert (pip_config / "pip.conf").read_text() == "[global]\ncert = /etc/xdg/pip/ca.crt\n"
@@ -114,6 +132,85 @@ def test_build_refuses_without_buildah(tmp_path):
     result = script(os.path.join(CONTAINER, "build.sh"), "--engine", "buildah", "--device", "cpu",
                     bin_dir=tool_dir(tmp_path), cache=tmp_path)
     one_line_error(result, 2, "build.sh: error: buildah not found", "apt-get install buildah")
+
+
+# --- the Horovod wheel that make setup and the image build share -----------------------------------
+
+# What a Debian bookworm host with Python 3.11.7 and the image on it (Debian's 3.11.2) both answer.
+BOOKWORM = {"soabi": "cpython-311-x86_64-linux-gnu", "glibc": "glibc 2.36", "gxx": "12.2.0",
+            "mpirun": "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/"}
+
+
+def wheel_setup(tmp_path, body, machine=BOOKWORM, **env):
+    """setup.sh's functions on a stand-in machine: its venv's python answers the SOABI, getconf, g++
+    and mpirun their versions, and pip wheel (counted in pip.calls) writes a wheel where it is told."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    for name, text in (("python", f'echo {machine["soabi"]}\n'),
+                       ("pip", f'echo "$*" >> {tmp_path}/pip.calls\n'
+                               'while [[ $1 != -w ]]; do shift; done\n'
+                               'touch "$2/horovod-0.28.1-cp311-cp311-linux_x86_64.whl"\n')):
+        (venv / "bin" / name).write_text("#!/bin/bash\n" + text)
+        (venv / "bin" / name).chmod(0o755)
+    stand_ins = {"_dir": str(tmp_path / "bin"), "getconf": f'echo "{machine["glibc"]}"\n',
+                 "g++": f'echo {machine["gxx"]}\n', "mpirun": f'printf "%s\\n" "{machine["mpirun"]}"\n'}
+    return setup_sh(body.replace("VENV", str(venv)), stand_ins=stand_ins,
+                    SUITE_CACHE_DIR=str(tmp_path / "cache"), **env)
+
+
+def wheel_key(tmp_path, **changes):
+    result = wheel_setup(tmp_path, "wheel_key VENV cpu", {**BOOKWORM, **changes})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_wheel_key_names_what_the_binary_depends_on(tmp_path):
+    with open(os.path.join(REPO, "requirements.txt")) as handle:
+        tensorflow = re.search(r"^tensorflow-cpu==(\S+)$", handle.read(), re.MULTILINE)[1]
+    key = wheel_key(tmp_path)
+    assert key == (f"horovod-0.28.1-tf{tensorflow}-cpu-cpython-311-x86_64-linux-gnu-glibc2.36-gcc12.2.0"
+                   "-ompi4.1.4")
+    # Each of them, changed alone, is another wheel: another Python ABI, C library, compiler or MPI.
+    others = {wheel_key(tmp_path, soabi="cpython-312-x86_64-linux-gnu"),
+              wheel_key(tmp_path, glibc="glibc 2.41"), wheel_key(tmp_path, gxx="14.2.0"),
+              wheel_key(tmp_path, mpirun="mpirun (Open MPI) 5.0.7"),
+              wheel_key(tmp_path, mpirun="HYDRA build details:")}
+    assert key not in others and len(others) == 5
+    assert "-mpi" in wheel_key(tmp_path, mpirun="HYDRA build details:")
+
+
+def test_this_machine_has_a_wheel_key():
+    """The real tools of this machine: nothing in the key is empty (an unanswered part reads 'none')."""
+    result = setup_sh(f"wheel_key {os.path.dirname(os.path.dirname(sys.executable))} cpu")
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(r"horovod-[0-9.]+-tf[0-9.]+-cpu-cpython-\d+-\S+-glibc[0-9.]+-gcc[0-9.]+-ompi[0-9.]+",
+                        result.stdout), result.stdout
+
+
+def test_a_wheel_of_the_same_key_is_reused_not_compiled(tmp_path):
+    key = wheel_key(tmp_path)
+    wheel = tmp_path / "cache" / "wheels" / key / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.touch()
+    result = wheel_setup(tmp_path, "build_horovod_wheel VENV cpu")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{wheel}\n"
+    assert result.stderr == f"[setup] reusing the Horovod wheel {wheel}\n"
+    assert not (tmp_path / "pip.calls").exists()
+
+
+def test_without_a_wheel_of_its_key_it_compiles_one_into_the_cache(tmp_path):
+    key = wheel_key(tmp_path)
+    other = tmp_path / "cache" / "wheels" / key.replace("glibc2.36", "glibc2.41") / "horovod-0.28.1.whl"
+    other.parent.mkdir(parents=True)
+    other.touch()  # another machine's wheel: not this one's
+    result = wheel_setup(tmp_path, "build_horovod_wheel VENV cpu")
+    assert result.returncode == 0, result.stderr
+    wheel_dir = tmp_path / "cache" / "wheels" / key
+    assert result.stdout == f"{wheel_dir}/horovod-0.28.1-cp311-cp311-linux_x86_64.whl\n"
+    assert result.stderr.startswith(f"[setup] building Horovod 0.28.1 from source into {wheel_dir} ")
+    assert (tmp_path / "pip.calls").read_text().startswith("wheel --no-deps ")
+    assert sorted(os.listdir(tmp_path / "cache" / "wheels")) == sorted([key, other.parent.name])
 
 
 # --- the GPU image's suite-check stage -----------------------------------------------------------
@@ -204,14 +301,14 @@ def good_run(tmp_path):
     return run_dir
 
 
-def check_run(tmp_path):
+def check_run(tmp_path, *args):
     distributions = tmp_path / "distributions.txt"
     if not distributions.exists():
         distributions.write_text("numpy\ntensorflow-cpu\ntf_keras\nhorovod\n")
     return subprocess.run([sys.executable, CHECK_RUN, "--config", str(tmp_path / "config.json"),
                            "--root", str(tmp_path / "root"), "--revision", REVISION,
-                           "--output", str(tmp_path / "demo.log"), "--distributions", str(distributions)],
-                          capture_output=True, text=True, timeout=60)
+                           "--output", str(tmp_path / "demo.log"), "--distributions", str(distributions),
+                           *args], capture_output=True, text=True, timeout=60)
 
 
 def test_check_run_passes_a_good_run(tmp_path):
@@ -240,8 +337,8 @@ JSON_BREAKAGES = {
 }
 
 
-def checker_says(tmp_path):
-    result = check_run(tmp_path)
+def checker_says(tmp_path, *args):
+    result = check_run(tmp_path, *args)
     assert result.returncode == 1 and result.stdout == ""
     assert all(line.startswith("check_run: ") for line in result.stderr.splitlines())
     return result.stderr
@@ -281,6 +378,55 @@ def test_check_run_wants_one_tensorflow_distribution(tmp_path, names, culprit):
     good_run(tmp_path)
     (tmp_path / "distributions.txt").write_text(names)
     assert culprit in checker_says(tmp_path)
+
+
+def budget_run(tmp_path, epochs=1, **summary):
+    """What make image-test's shorter demo leaves (DEMO_FLAGS="--set epochs=1"): one epoch trained and
+    evaluated, short of the target, run_stop aborted."""
+    run_dir = good_run(tmp_path)
+    (run_dir / "config.json").write_text(json.dumps({"preset": "tiny_cpu", "config": {"epochs": epochs}}))
+    (run_dir / "summary.json").write_text(json.dumps({
+        "status": "aborted", "accuracy": 0.4, "target_accuracy": 0.9, "weights_in_sync": True, "steps": 10,
+        "evals": [{"epoch": 1, "accuracy": 0.4}], **summary}))
+    (tmp_path / "demo.log").write_text("run aborted: accuracy 0.4000 after 10 steps\nINFO - SUCCESS\n"
+                                       "MLPerf log: runs/demo/run/result_0.txt\n")
+    return run_dir
+
+
+def test_check_run_takes_a_run_cut_to_its_budget_only_when_told(tmp_path):
+    budget_run(tmp_path)
+    result = check_run(tmp_path, "--epochs", "1")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "runs/demo/run (epochs=1) passed" in result.stdout
+    said = checker_says(tmp_path)  # the demo's own run must reach its target
+    assert "status is 'aborted'" in said and "below the target" in said and "no 'run success'" in said
+
+
+def test_check_run_passes_a_budget_run_that_reached_its_target(tmp_path):
+    budget_run(tmp_path, status="success", accuracy=0.95)
+    (tmp_path / "demo.log").write_text("run success: accuracy 0.95\nINFO - SUCCESS\n"
+                                       "MLPerf log: runs/demo/run/result_0.txt\n")
+    assert check_run(tmp_path, "--epochs", "1").returncode == 0
+
+
+@pytest.mark.parametrize("breakage, culprit", [
+    (dict(epochs=8), "config.json records epochs 8, not the 1 the command was given"),
+    (dict(steps=0), "0 steps and 1 evaluations, not a run that trained and evaluated"),
+    (dict(evals=[]), "10 steps and 0 evaluations"),
+    (dict(status="success"), "status is 'success' at accuracy 0.4 (target 0.9)"),
+    (dict(accuracy=0.95), "status is 'aborted' at accuracy 0.95"),
+    (dict(status="error"), "status is 'error'"),
+    (dict(weights_in_sync=False), "not in sync"),
+])
+def test_check_run_still_fails_a_budget_run(tmp_path, breakage, culprit):
+    budget_run(tmp_path, **breakage)
+    assert culprit in checker_says(tmp_path, "--epochs", "1")
+
+
+def test_check_run_wants_how_a_budget_run_ended_in_its_output(tmp_path):
+    budget_run(tmp_path)
+    (tmp_path / "demo.log").write_text("INFO - SUCCESS\nMLPerf log: runs/demo/run/result_0.txt\n")
+    assert "the demo's output has no 'run aborted'" in checker_says(tmp_path, "--epochs", "1")
 
 
 # --- the revision a run records inside an image ---------------------------------------------------
