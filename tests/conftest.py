@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-# The session's Slurm cluster fixture (`slurm`), built only when a test asks for it.
-pytest_plugins = ("slurmcluster",)
+# The session's Slurm cluster fixture (`slurm`), built only when a test asks for it; the CPU census of
+# each test, when SUITE_TEST_CENSUS names a file (tests/census.py).
+pytest_plugins = ("slurmcluster", "census")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
