@@ -215,8 +215,14 @@ class SlurmCluster:
         def reached():
             job = self.job(job_id)
             return job if job["JobState"] in states else None
-        return _wait_until(reached, timeout, f"job {job_id} to reach {'/'.join(states)}", self._logs,
-                           error=AssertionError)
+        try:
+            return _wait_until(reached, timeout, f"job {job_id} to reach {'/'.join(states)}", self._logs,
+                               error=AssertionError)
+        except AssertionError:
+            # A job that outlived its test must not hold the nodes (and the cores) for the session's
+            # next jobs: they would queue behind it and fail on their own timeouts.
+            self.client(["scancel", str(job_id)], timeout=30)
+            raise
 
     def hostnames(self, nodelist):
         """A Slurm node list (h[1-2]) as its names."""

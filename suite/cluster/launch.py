@@ -409,7 +409,8 @@ def _srun(plan, args, worker):
     # plan.hosts are the nodes this process count fills: Slurm spreads --ntasks over every node -N
     # gives, so a 1-node point of a 4-node hostfile must say -N 1.
     command = ["srun", "--mpi=pmix", "-N", str(len(plan.hosts)), f"--ntasks-per-node={slots.pop()}",
-               f"--ntasks={plan.np}", "--cpu-bind=none", "--export=ALL"]
+               f"--ntasks={plan.np}", "--cpu-bind=none", "--export=ALL",
+               f"--wait={plan.profile.timeouts.task_exit_seconds}"]
     if args.hostfile:
         command.append("--nodelist=" + ",".join(host.name for host in plan.hosts))
     return command + shlex.split(args.launcher_args) + worker

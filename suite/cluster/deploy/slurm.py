@@ -85,7 +85,8 @@ def render(job, args):
                   layout=comment(f"Step 3, the {'sweep' if args.sweep else 'job'}: {_layout(job)} "
                                  f"{NUMA_REASON if numa else NO_NUMA_REASON[bool(job.gpus)]}"))
     values.setdefault("main_step", f'srun --mpi="$MPI" --ntasks-per-node={job.tasks} '
-                                   f'--cpu-bind={values["cpu_bind"]} --export=ALL \\\n{values["launch"]}')
+                                   f'--cpu-bind={values["cpu_bind"]} --export=ALL '
+                                   f'--wait={job.profile.timeouts.task_exit_seconds} \\\n{values["launch"]}')
     return fill("slurm.sbatch", values)
 
 

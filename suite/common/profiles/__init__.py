@@ -70,6 +70,11 @@ class Timeouts:
     # default, 1 s, is tight for rank 0's closing run_stop on a loaded node). A rank ends at once on
     # SIGTERM (suite/train/signals.py), so this bounds only a rank that does not.
     kill_grace_seconds: int = 5
+    # Under srun no mpirun sits above the ranks to end the job when one of them dies, and a rank that
+    # dies before the rank watch is up (a crash inside MPI_Init) leaves the others waiting there until
+    # the job's time limit. srun --wait ends the remaining tasks this long after the first one ended:
+    # room for rank 0's closing lines after the others have finished (or have named a dead rank).
+    task_exit_seconds: int = 120
 
     def env(self):
         return {
