@@ -332,6 +332,27 @@ def test_the_sweep_report_has_three_scales_in_every_table(swept):
 
 
 @pytest.mark.slow
+def test_the_allreduce_benchmark_measured_across_the_hosts_at_each_scale(swept, four_hosts):
+    """The allreduce benchmark under suite.cluster.launch on one, two and four hosts: every rank took part,
+    from every host of its scale, and the sums were right."""
+    for system, np, hosts in zip(sweep_systems(), SWEEP_SCALES, (1, 2, 4)):
+        data = read_json(swept.out / "runs" / system / "allreduce.json")
+        assert data["world_size"] == np and data["correct"], data
+        assert sorted(data["hosts"]) == sorted(four_hosts.names[:hosts]), data["hosts"]
+        assert data["peak_busbw_gbps"] > 0
+
+
+@pytest.mark.slow
+def test_the_sweep_launched_every_run_through_horovodrun(swept):
+    """The sweep's default launcher (the localhost sweep of tests/test_sweep.py takes mpirun)."""
+    for system, np in zip(sweep_systems(), SWEEP_SCALES):
+        record = read_json(swept.out / "runs" / system / "run_0" / "launch.json")
+        command = record["command"]
+        assert command[0] == "horovodrun" and command[command.index("-np") + 1] == str(np), command
+        assert record["exit_code"] == 0
+
+
+@pytest.mark.slow
 def test_the_sweep_report_has_the_allreduce_benchmark_and_the_network_check_per_scale(swept):
     markdown = (swept.out / "report" / "report.md").read_text()
     one, two, four = sweep_systems()

@@ -275,15 +275,24 @@ def test_system_description_passes_the_checker(tmp_path):
 
 # ---- a real localhost sweep: 2 scales x 5 runs of the sweep_cpu preset, through faults ----
 
-KILLS = 20
-# Each SIGKILL comes this long after the sweep (re)started, or after it finished a run: some in its
-# start-up and file writes, most in a launch's start-up, which is most of a run of this preset (the
-# run it cuts off is redone from its start: that is the cost).
+# Each fault lands in a named phase of the sweep, one for each way a resume recovers, and a few at seeded
+# random moments for what the phases do not name. A phase waits for its moment in whatever the sweep is
+# doing next, so the faults spread over both scales by themselves (the second allreduce needs the first
+# scale done) and the last resume still has runs to do.
+#   start-up   0.5 s after the sweep started: its manifest and temporary files being written
+#   allreduce  the allreduce benchmark of a scale launched: its entry left running, redone on resume
+#   launch     a run launched and not yet at run_start: the guardian stops it, the resume sets its
+#              directory aside and launches it again
+#   training   a run past run_start: SIGKILL (the guardian stops the ranks, the log is cut off) or a stop
+#              signal (exit 130, the run's log closed as aborted, the manifest says interrupted)
+#   random     a seeded moment within KILL_MOMENTS after the sweep (re)started
+# A run cut off by a fault is redone from its start: that is each fault's cost, so the phases are few.
+FAULTS = [(signal.SIGKILL, "start-up"), (signal.SIGKILL, "allreduce"), (signal.SIGTERM, "training"),
+          (signal.SIGKILL, "launch"), (signal.SIGKILL, "random"), (signal.SIGKILL, "allreduce"),
+          (signal.SIGINT, "training"), (signal.SIGKILL, "training"), (signal.SIGKILL, "random")]
+KILLS = sum(signum == signal.SIGKILL for signum, _ in FAULTS)
 KILL_MOMENTS = (0.5, 8.0)
 RUNS = 2 * 5
-# A SIGTERM first and a SIGINT halfway, each while a run trains; SIGKILLs around them.
-FAULTS = [signal.SIGTERM, *[signal.SIGKILL] * (KILLS // 2), signal.SIGINT,
-          *[signal.SIGKILL] * (KILLS - KILLS // 2)]
 
 
 @dataclass
@@ -291,8 +300,10 @@ class Fault:
     """One signal to the sweep and what was found after it."""
 
     signum: int
+    phase: str  # where in the sweep it landed (FAULTS)
     signalled: float  # when (time.time())
     runs: dict  # the manifest's runs at the signal: {key: (status, attempts)}
+    allreduce: dict = None  # the manifest's allreduce entries at the signal: {system: status}
     moment: float = None  # seconds after the sweep (re)started
     exit_code: int = None
     stop_seconds: float = None  # from the signal until nothing of the job was left
@@ -301,7 +312,7 @@ class Fault:
     changed: list = field(default_factory=list)  # finished results that are no longer as they were
     temp_files: list = field(default_factory=list)  # what this fault's cut-off writes left
     stale: list = field(default_factory=list)  # temporary files of earlier faults, after a resume began
-    run: tuple = None  # SIGTERM/SIGINT: (key, run directory) of the run that was training
+    run: tuple = None  # a fault while training: (key, run directory) of the run that was training
     last_event: dict = None  # SIGTERM/SIGINT: that run's last log event
     run_start_ms: int = None  # SIGTERM/SIGINT: that run's run_start
 
@@ -317,10 +328,13 @@ def swept(tmp_path_factory):
                 "--train-shards", "2", "--eval-shards", "2", "--seed", "1"], timeout=120)
     assert made.returncode == 0, made.stderr
     out = root / "out"
-    args = ["--out", str(out), *LOCAL, "--allreduce", "--allreduce-args",
+    # Its launches go through mpirun, not the default horovodrun: the subject here is the sweep (its faults,
+    # resume, results folder), and each horovodrun launch first checks Horovod's build in a TensorFlow
+    # process of its own. The sweep's horovodrun path runs on four hosts (tests/test_four_hosts.py).
+    args = ["--out", str(out), *LOCAL, "--launcher", "mpirun", "--allreduce", "--allreduce-args",
             "--min-bytes 4K --max-bytes 256K --iters 5", "--", "models.resnet50", "--data-dir", str(data)]
     seed = int(os.environ.get("SWEEP_FAULT_SEED") or random.SystemRandom().randrange(2 ** 32))
-    print(f"faults: seed {seed} (SWEEP_FAULT_SEED={seed} repeats the moments)")
+    print(f"faults: seed {seed} (SWEEP_FAULT_SEED={seed} repeats the random moments)")
     started = time.time()
     faults, finished = sweep_through_faults(args, out, random.Random(seed), root / "faults")
     faults_seconds = time.time() - started
@@ -337,35 +351,35 @@ def swept(tmp_path_factory):
 
 
 def sweep_through_faults(args, out, rng, logs):
-    """Starts the sweep, signals it (FAULTS), checks what is left, resumes: every fault in turn.
+    """Starts the sweep, signals it in each phase of FAULTS in turn, checks what is left, resumes.
 
-    About every other resume first finishes a run, so that the faults spread over the whole sweep (both
-    scales, their allreduce runs, result copies and system descriptions), a run or two being left for
-    the last resume. Returns the faults and the finished result files seen ({path: bytes}).
+    Returns the faults and the finished result files seen ({path: bytes}).
     """
     logs.mkdir()
     faults, finished = [], {}
-    for number, signum in enumerate(FAULTS):
-        log = logs / f"{number:02d}-{signal.Signals(signum).name}.txt"
+    for number, (signum, phase) in enumerate(FAULTS):
+        log = logs / f"{number:02d}-{signal.Signals(signum).name}-{phase}.txt"
         job = subprocess.Popen([sys.executable, "-m", "suite.cluster.sweep", *args], cwd=REPO,
                                env=subprocess_env(**ASK_FOR_TIMELINE), stdout=log.open("w"),
                                stderr=subprocess.STDOUT)
         started = time.time()
-        runs_left = RUNS - sum(status == "done" for status, _ in _statuses(out).values())
-        if runs_left > 2 and 2 * runs_left > len(FAULTS) - number:
-            wait_for(lambda: FINISHED_A_RUN in log.read_text() or job.poll() is not None, 900, "a run to end")
-            assert job.poll() is None, log.read_text()[-3000:]
-            started = time.time()
-        if signum == signal.SIGKILL:
-            fault = _kill_at(job, out, started + rng.uniform(*KILL_MOMENTS))
-        else:
+        if phase == "start-up":
+            fault = _kill_at(job, out, started + 0.5, phase)
+        elif phase == "random":
+            fault = _kill_at(job, out, started + rng.uniform(*KILL_MOMENTS), phase)
+        elif phase == "training" and signum != signal.SIGKILL:
             fault = _stop_while_training(job, out, signum)
+        else:
+            found = wait_for(lambda: PHASE_MOMENTS[phase](job, out), 900, f"the sweep's {phase} phase")
+            fault = _kill_now(job, out, phase)
+            if phase == "training":
+                fault.run = found
         fault.moment = round(fault.signalled - started, 1)
         if faults and "sweep: " in log.read_text():  # this sweep got past its clean-up
             fault.stale = [path for earlier in faults for path in earlier.temp_files if os.path.exists(path)]
         _settle(fault, out, finished)
         faults.append(fault)
-        print(f"fault {number + 1}: {signal.Signals(signum).name} at {fault.moment} s, exit "
+        print(f"fault {number + 1}: {signal.Signals(signum).name} in {phase} at {fault.moment} s, exit "
               f"{fault.exit_code}, gone after {fault.stop_seconds:.1f} s, runs in progress "
               f"{[k for k, (status, _) in fault.runs.items() if status in ('running', 'interrupted')]}, "
               f"temporary files left {len(fault.temp_files)}")
@@ -387,23 +401,63 @@ def _runs(out):
         return {}  # not written yet
 
 
-def _kill_at(job, out, when):
+def _kill_at(job, out, when, phase):
     try:
         job.wait(timeout=max(0.0, when - time.time()))
-        pytest.fail(f"the sweep ended (exit {job.returncode}) before its SIGKILL")
+        pytest.fail(f"the sweep ended (exit {job.returncode}) before its SIGKILL ({phase})")
     except subprocess.TimeoutExpired:
         pass
-    runs = _statuses(out)
+    return _kill_now(job, out, phase)
+
+
+def _kill_now(job, out, phase):
+    runs, allreduce = _statuses(out), _allreduce_statuses(out)
     signalled = time.time()
     job.kill()
     job.wait()
-    return Fault(signal.SIGKILL, signalled, runs, exit_code=job.returncode)
+    return Fault(signal.SIGKILL, phase, signalled, runs, allreduce, exit_code=job.returncode)
+
+
+def _allreduce_statuses(out):
+    try:
+        entries = read_json(out / "sweep.json")["allreduce"]
+    except (OSError, ValueError):
+        return {}  # not written yet
+    return {system: entry.get("status") for system, entry in entries.items()}
+
+
+def _launched_by(job, record):
+    """Whether this sweep's guardian launched the manifest record now (and not an earlier sweep's)."""
+    launcher = (record.get("job") or {}).get("guardian")
+    table = guardian.processes()
+    return launcher in table and table[launcher][1] == job.pid
+
+
+def _allreduce_launched(job, out):
+    """A scale's allreduce benchmark launched by this sweep: its entry running."""
+    assert job.poll() is None, f"the sweep ended (exit {job.returncode}) before an allreduce launched"
+    try:
+        entries = read_json(out / "sweep.json")["allreduce"]
+    except (OSError, ValueError):
+        return None
+    return any(entry.get("status") == "running" and _launched_by(job, entry) for entry in entries.values())
+
+
+def _launched_not_started(job, out):
+    """(key, run directory) of a run this sweep launched that has not reached run_start yet."""
+    assert job.poll() is None, f"the sweep ended (exit {job.returncode}) before a run launched"
+    for key, record in _runs(out).items():
+        if record.get("status") == "running" and _launched_by(job, record) \
+                and not started(out / record["run_dir"]):
+            return key, out / record["run_dir"]
+    return None
 
 
 def _stop_while_training(job, out, signum):
     """Waits for a run of this sweep to reach run_start, signals the sweep, and takes the run's log."""
     key, run_dir = wait_for(lambda: _training(job, out), 900, "a run of the sweep to start training")
-    fault = Fault(signum, time.time(), _statuses(out), run=(key, run_dir))
+    fault = Fault(signum, "training", time.time(), _statuses(out), _allreduce_statuses(out),
+                  run=(key, run_dir))
     job.send_signal(signum)
     try:
         fault.exit_code = job.wait(timeout=STOP_BOUND_SECONDS)
@@ -420,13 +474,15 @@ def _stop_while_training(job, out, signum):
 def _training(job, out):
     """(key, run directory) of the run this sweep launched once it has logged run_start."""
     assert job.poll() is None, f"the sweep ended (exit {job.returncode}) before any run trained"
-    table = guardian.processes()
     for key, record in _runs(out).items():
-        launcher = (record.get("job") or {}).get("guardian")
-        if record.get("status") == "running" and launcher in table and table[launcher][1] == job.pid \
+        if record.get("status") == "running" and _launched_by(job, record) \
                 and started(out / record["run_dir"]):
             return key, out / record["run_dir"]
     return None
+
+
+# What each waited-for phase waits for: a true value once this sweep is in it.
+PHASE_MOMENTS = {"allreduce": _allreduce_launched, "launch": _launched_not_started, "training": _training}
 
 
 def _settle(fault, out, finished):
@@ -490,34 +546,58 @@ def test_sweep_writes_the_submission_layout(swept):
 
 
 def assert_launched_through_the_launcher(run_dir):
-    """A 2-process model run made by `suite.cluster.launch` (as every sweep run is): record and outcome."""
+    """A 2-process model run made by `suite.cluster.launch --launcher mpirun` (as every sweep run is, with
+    the sweep's --launcher): record and outcome."""
     summary = read_json(run_dir / "summary.json")
     assert summary["world_size"] == 2 and summary["weights_in_sync"]
     env = read_json(run_dir / "env.json")
-    # horovodrun without --gloo runs Horovod's MPI controller through mpirun.
     assert (env["launcher"], env["controller"]) == ("mpirun", "mpi")
     record = read_json(run_dir / "launch.json")
     assert record["exit_code"] == 0 and record["np"] == 2 and record["profile"]["name"] == "local-cpu"
-    assert record["command"][:5] == ["horovodrun", "-np", "2", "-H", "localhost:2"]
+    assert record["command"][0] == "mpirun" and flag(record["command"], "-np") == "2"
 
 
 @pytest.mark.slow
 @pytest.mark.serial
-def test_sigkill_at_random_moments_loses_nothing(swept):
-    """SIGKILL to the sweep 20 times, each resumed: nothing of the job left within the bound, no result
-    half-written or changed, no temporary file once resumed, and no finished run launched again."""
+def test_sigkill_in_every_phase_loses_nothing(swept):
+    """SIGKILL to the sweep in each phase of FAULTS, each resumed: nothing of the job left within the bound,
+    no result half-written or changed, no temporary file once resumed, no finished run launched again, and
+    what was cut off (the allreduce benchmark, a launch, a training run) redone."""
     kills = [fault for fault in swept.faults if fault.signum == signal.SIGKILL]
-    print(f"seed {swept.seed}; SIGKILL at {[fault.moment for fault in kills]} s after each (re)start; "
-          f"job gone after {[round(fault.stop_seconds, 1) for fault in kills]} s")
+    print(f"seed {swept.seed}; SIGKILL in {[(fault.phase, fault.moment) for fault in kills]} (phase, s after "
+          f"each (re)start); job gone after {[round(fault.stop_seconds, 1) for fault in kills]} s")
     assert len(kills) == KILLS
     for fault in kills:
         assert fault.exit_code == -signal.SIGKILL
         assert fault.stop_seconds < STOP_BOUND_SECONDS and not fault.left, fault
         assert not fault.half_written and not fault.changed and not fault.stale, fault
-    # Most kills land in a launch: the guardian stopped it; the resume set its directory aside.
-    assert any(status == "running" for fault in kills for status, _ in fault.runs.values())
+    final = swept.manifest
+    # Each phase was where it was meant to be, and the resume redid what it cut off.
+    cut_allreduce = [system for fault in kills if fault.phase == "allreduce"
+                     for system, status in fault.allreduce.items() if status == "running"]
+    assert sorted(cut_allreduce) == list(SYSTEMS), cut_allreduce  # one for each scale, in turn
+    assert all(final["allreduce"][system]["status"] == "done" for system in SYSTEMS)
+    # A run cut off in its launch or its training was launched again. (A kill elsewhere may find a run
+    # "running" that had in fact finished: the resume copies its result without a relaunch.)
+    for fault in kills:
+        if fault.phase not in ("launch", "training"):
+            continue
+        cut_off = [key for key, (status, _) in fault.runs.items() if status == "running"]
+        assert cut_off, fault
+        for key in cut_off:
+            redone = final["runs"][key]
+            assert redone["status"] == "done" and redone["attempts"] > fault.runs[key][1], (key, fault)
+    training, = [fault for fault in kills if fault.phase == "training"]
+    key, run_dir = training.run
+    assert training.runs[key][0] == "running" and '"key": "run_start"' in _set_aside_log(run_dir)
     assert not swept.changed and not swept.temp_files
     assert_done_runs_never_relaunched(swept)
+
+
+def _set_aside_log(run_dir):
+    """The MLPerf log of the attempt a resume set aside (run_N.attempt, .attempt.2, ...) in run_dir's
+    place, of all of them: the training run's, which had its run_start."""
+    return "".join(path.read_text() for path in run_dir.parent.glob(f"{run_dir.name}.attempt*/result_0.txt"))
 
 
 def assert_done_runs_never_relaunched(swept):
