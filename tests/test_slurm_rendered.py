@@ -51,7 +51,10 @@ def cluster_for(request, nodes):
     return request.getfixturevalue("slurm4" if nodes > 2 else "slurm")
 
 
-@pytest.fixture(scope="module", params=[1, 2, 4], ids=lambda nodes: f"{nodes}node")
+# The plain job (the template's own srun step, no sweep) on the four-node cluster: every node's node check
+# and one step across them. One and two nodes render the same script with another --nodes, and the sweep
+# job below runs 1-, 2- and 4-node steps inside one allocation.
+@pytest.fixture(scope="module", params=[4], ids=lambda nodes: f"{nodes}node")
 def rendered_run(request, bert_data, tmp_path_factory):
     nodes = request.param
     slurm = cluster_for(request, nodes)

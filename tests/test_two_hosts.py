@@ -260,22 +260,6 @@ def test_the_network_check_ran_before_run_start(two_host_run):
 
 
 @pytest.mark.slow
-def test_the_allreduce_benchmark_measures_across_the_hosts(cluster, hostfile, tmp_path):
-    out = tmp_path / "allreduce.json"
-    before = cluster.link_bytes("h2")
-    result = on_h1(cluster, [*launch_args(hostfile), "--", "suite.train.allreduce", "--min-bytes", "64K",
-                             "--max-bytes", "4M", "--iters", "5", "--json", str(out)], timeout=300)
-    sent, received = (b - a for a, b in zip(before, cluster.link_bytes("h2")))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    data = read_json(out)
-    assert data["world_size"] == 4 and data["hosts"] == ["h1", "h2"] and data["correct"]
-    assert data["peak_busbw_gbps"] > 0
-    # An allreduce over ranks on both hosts carries each message across the link, both ways.
-    largest = data["rows"][-1]["bytes"]
-    assert sent > largest and received > largest, (sent, received)
-
-
-@pytest.mark.slow
 def test_require_rdma_stops_a_run_without_it_before_run_start(cluster, hostfile, small_data, tmp_path):
     """No profile and no RDMA: a warning about the missing profile, then a one-line stop."""
     run_dir = tmp_path / "run"
@@ -297,8 +281,13 @@ def test_require_rdma_stops_a_run_without_it_before_run_start(cluster, hostfile,
 FAULT_BOUND_SECONDS = 60
 
 
+# Every launch path but horovodrun --mpi, which execs the same mpirun as the "mpirun" path (env.json records
+# both as mpirun): from the kill on, one path. horovodrun --mpi keeps its own run on four hosts.
+KILL_PATHS = sorted(set(LAUNCHES) - {"horovodrun-mpi"})
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("launch", sorted(LAUNCHES))
+@pytest.mark.parametrize("launch", KILL_PATHS)
 def test_a_rank_killed_on_the_second_host_ends_the_job_with_a_closed_log(
         launch, cluster, one_rank_each, profile, small_data, tmp_path):
     run_dir = tmp_path / "run"
