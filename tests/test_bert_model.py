@@ -166,6 +166,7 @@ def policy():
 
 # ---------------------------------------------------------------- BERT-large size, names, init
 
+@pytest.mark.slow  # BERT-large built at full size (336M parameters): the gate's tier, not the inner loop's
 def test_bert_large_has_the_reference_parameter_count(large):
     sizes = {bert.tf1_name(v): int(np.prod(v.shape)) for v in large.trainable_variables}
     assert len(large.trainable_variables) == 398
@@ -175,6 +176,7 @@ def test_bert_large_has_the_reference_parameter_count(large):
     assert sum(n for name, n in sizes.items() if name.startswith("cls/predictions/")) == 1_082_170
 
 
+@pytest.mark.slow  # BERT-large built at full size (336M parameters): the gate's tier, not the inner loop's
 def test_bert_large_tensor_names_are_the_reference_398(large):
     names = bert.mlperf_tensor_names(large)
     assert len(names) == len(set(names)) == 398
@@ -186,6 +188,7 @@ def test_bert_large_tensor_names_are_the_reference_398(large):
     assert not large.non_trainable_variables
 
 
+@pytest.mark.slow  # BERT-large built at full size (336M parameters): the gate's tier, not the inner loop's
 def test_bert_large_initialisation(large):
     v = bert.tf1_variables(large)
     table = v["bert/embeddings/word_embeddings"].numpy()

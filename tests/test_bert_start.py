@@ -1,4 +1,4 @@
-"""BERT under horovodrun up to the start line: no record read before run_start, one dropout stream per rank.
+"""BERT under mpirun up to the start line: no record read before run_start, one dropout stream per rank.
 
 One 2-rank run builds the tiny BERT job exactly as the entry point does (data discovery, model,
 checkpoint, optimizer, log), then, in place of training, runs one fixed input through the model.
@@ -26,25 +26,29 @@ def probe(tmp_path_factory):
                                     eval_records=32, train_shards=2, eval_shards=1, seed=4)
     files = record_files(data_dir)
     age_atimes(files)
-    result = run(["horovodrun", "-np", "2", "-H", "localhost:2", "python", "tests/scripts/run_injected.py",
+    result = run(["mpirun", "--oversubscribe", "-np", "2", "python", "tests/scripts/run_injected.py",
                   "--probe-dropout", "models.bert", "--preset", "tiny_cpu", "--set", "seed=5",
                   "--data-dir", data_dir, "--run-dir", str(root / "run")], timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return read_json(root / "run" / "summary.json"), first_reads(files)
 
 
+# Two ranks: not in the fast tier (docs/testing.md, "slow").
+@pytest.mark.slow
 def test_nothing_before_run_start_reads_a_record(probe):
     _, reads = probe
     # Everything up to run_start ran on both ranks, and training never started: no file was read.
     assert reads == {}
 
 
+@pytest.mark.slow
 def test_dropout_masks_differ_between_ranks(probe):
     ranks = probe[0]["ranks"]
     assert len(ranks) == 2
     assert ranks[0]["training_output"] != ranks[1]["training_output"]
 
 
+@pytest.mark.slow
 def test_weights_and_inference_are_the_same_on_every_rank(probe):
     summary, _ = probe
     assert summary["weights_in_sync"]

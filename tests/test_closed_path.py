@@ -6,7 +6,8 @@ from conftest import assert_fails_only_on_accuracy, check_log, read_json, read_l
 
 @pytest.fixture(scope="module")
 def closed_run(tmp_path_factory):
-    """A 2-process run of the closed_path_cpu preset on a tiny generated 224 px dataset."""
+    """A 2-process run of the closed_path_cpu preset on a tiny generated 224 px dataset, under mpirun: the
+    rules are the subject, not horovodrun (whose launches test_launch.py and the demo cover)."""
     from models.resnet50 import prepare
     root = tmp_path_factory.mktemp("closed")
     data_dir = root / "data"
@@ -14,7 +15,7 @@ def closed_run(tmp_path_factory):
                                     image_size=224, train_shards=2, eval_shards=2, seed=3)
     run_dir = root / "run"
     result = run(train_cmd("--preset", "closed_path_cpu", "--data-dir", str(data_dir), "--run-dir",
-                           str(run_dir), launcher=("horovodrun",), np=2), timeout=600)
+                           str(run_dir), launcher=("mpirun",), np=2), timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return run_dir
 

@@ -22,7 +22,7 @@ def three_rule_run(tmp_path_factory):
     del meta["train_shard_records"]  # as written before the field existed
     (data_dir / "dataset.json").write_text(json.dumps(meta))
     run_dir = root / "run"
-    result = run(["horovodrun", "-np", "2", "-H", "localhost:2", "python", "tests/scripts/run_injected.py",
+    result = run(["mpirun", "--oversubscribe", "-np", "2", "python", "tests/scripts/run_injected.py",
                   "--cache-clear-fails-on", "0", "models.resnet50", "--throughput", "--preset", "tiny_cpu",
                   "--set", "image_size=32", "--set", "num_classes=2", "--set", "optimizer=sgd",
                   "--set", "warmup_epochs=0.5", "--set", "clear_cache=true", "--set", "throughput_steps=1",

@@ -129,10 +129,10 @@ def test_throughput_over_two_ranks_reports_each_rank_and_their_sum(tmp_path):
     assert env["environment"]["OMPI_MCA_mpi_yield_when_idle"] == "1"
 
 
-@pytest.mark.slow  # two ranks under horovodrun
+@pytest.mark.slow  # two ranks under mpirun
 def test_gradient_allreduce_off_is_refused_on_more_than_one_rank(tmp_path):
     result = run(train_cmd(*THROUGHPUT, "--set", "global_batch_size=32", "--throughput",
                            "--set", "gradient_allreduce=false", "--run-dir", str(tmp_path / "t"),
-                           launcher=("horovodrun",), np=2), timeout=300)
+                           launcher=("mpirun",), np=2), timeout=300)
     assert result.returncode != 0
     assert "gradient_allreduce=false is for one process" in result.stdout + result.stderr
