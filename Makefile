@@ -90,7 +90,7 @@ setup-tf2.15:
 	@SUITE_REQUIREMENTS=requirements-tf2.15.txt SUITE_ENV_LINK=.venv-tf2.15 bash scripts/setup.sh
 
 test-tf2.15: setup-tf2.15
-	.venv-tf2.15/bin/python -m pytest tests/test_resnet_model.py tests/test_resnet_optim.py \
+	.venv-tf2.15/bin/python -m pytest $(XDIST) tests/test_resnet_model.py tests/test_resnet_optim.py \
 		tests/test_resnet_data.py tests/test_config.py tests/test_loop.py tests/test_session.py \
 		tests/test_bert_model.py tests/test_bert_checkpoint.py tests/test_bert_optim.py \
 		tests/test_bert_data.py tests/test_bert_workload.py
