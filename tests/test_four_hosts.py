@@ -344,7 +344,7 @@ def test_the_allreduce_benchmark_measured_across_the_hosts_at_each_scale(swept, 
 
 @pytest.mark.slow
 def test_the_sweep_launched_every_run_through_horovodrun(swept):
-    """The sweep's default launcher (the localhost sweep of tests/test_sweep.py takes mpirun)."""
+    """The sweep's default launcher, across hosts: each scale's run went through horovodrun."""
     for system, np in zip(sweep_systems(), SWEEP_SCALES):
         record = read_json(swept.out / "runs" / system / "run_0" / "launch.json")
         command = record["command"]

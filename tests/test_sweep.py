@@ -328,10 +328,7 @@ def swept(tmp_path_factory):
                 "--train-shards", "2", "--eval-shards", "2", "--seed", "1"], timeout=120)
     assert made.returncode == 0, made.stderr
     out = root / "out"
-    # Its launches go through mpirun, not the default horovodrun: the subject here is the sweep (its faults,
-    # resume, results folder), and each horovodrun launch first checks Horovod's build in a TensorFlow
-    # process of its own. The sweep's horovodrun path runs on four hosts (tests/test_four_hosts.py).
-    args = ["--out", str(out), *LOCAL, "--launcher", "mpirun", "--allreduce", "--allreduce-args",
+    args = ["--out", str(out), *LOCAL, "--allreduce", "--allreduce-args",
             "--min-bytes 4K --max-bytes 256K --iters 5", "--", "models.resnet50", "--data-dir", str(data)]
     seed = int(os.environ.get("SWEEP_FAULT_SEED") or random.SystemRandom().randrange(2 ** 32))
     print(f"faults: seed {seed} (SWEEP_FAULT_SEED={seed} repeats the random moments)")
@@ -546,15 +543,15 @@ def test_sweep_writes_the_submission_layout(swept):
 
 
 def assert_launched_through_the_launcher(run_dir):
-    """A 2-process model run made by `suite.cluster.launch --launcher mpirun` (as every sweep run is, with
-    the sweep's --launcher): record and outcome."""
+    """A 2-process model run made by `suite.cluster.launch` (as every sweep run is): record and outcome."""
     summary = read_json(run_dir / "summary.json")
     assert summary["world_size"] == 2 and summary["weights_in_sync"]
     env = read_json(run_dir / "env.json")
+    # horovodrun without --gloo runs Horovod's MPI controller through mpirun.
     assert (env["launcher"], env["controller"]) == ("mpirun", "mpi")
     record = read_json(run_dir / "launch.json")
     assert record["exit_code"] == 0 and record["np"] == 2 and record["profile"]["name"] == "local-cpu"
-    assert record["command"][0] == "mpirun" and flag(record["command"], "-np") == "2"
+    assert record["command"][:5] == ["horovodrun", "-np", "2", "-H", "localhost:2"]
 
 
 @pytest.mark.slow
