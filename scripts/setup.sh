@@ -142,6 +142,20 @@ quiet_pip() {
   "$venv/bin/pip" "$@" >>"$venv.pip.log" 2>&1 || { tail -n 30 "$venv.pip.log" >&2; die "pip $* failed (log: $venv.pip.log)"; }
 }
 
+# horovodrun --check-build's report (stdin) on one line, "frameworks: TensorFlow; controllers: MPI
+# Gloo; ...", and whether it has what the suite needs. --check-build exits 0 whatever it finds; it
+# loads each extension, so a wheel that does not fit the environment (a reused one) shows here as
+# TensorFlow missing.
+check_build_summary() {
+  local summary
+  summary=$(awk '
+    /^Available / {if (line) {out = out sep line; sep = "; "}; line = tolower(substr($0, 11, length($0) - 11)) ":"}
+    /\[X\]/ {line = line " " $2}
+    END {print out sep line}')
+  printf '%s\n' "$summary"
+  [[ $summary =~ (^|; )frameworks:\ ([A-Za-z]+\ )*TensorFlow(\ |;|$) && $summary == *"; controllers: MPI Gloo"* ]]
+}
+
 create_environment() {
   local venv=$1 device=$2
   log "creating environment $venv"
@@ -160,8 +174,12 @@ create_environment() {
   quiet_pip "$venv" install --no-deps "$wheel"
   # --check-build imports TensorFlow; keep its start-up chatter out of the way. Once per environment:
   # it starts three TensorFlow processes (about 15 s on two cores), too much for every `make demo`.
-  TF_CPP_MIN_LOG_LEVEL=3 "$venv/bin/horovodrun" --check-build 2>/dev/null >&2 \
+  local built summary
+  built=$(TF_CPP_MIN_LOG_LEVEL=3 "$venv/bin/horovodrun" --check-build 2>/dev/null) \
     || die "horovodrun --check-build failed in $venv"
+  summary=$(check_build_summary <<<"$built") \
+    || die "horovodrun --check-build in $venv: Horovod without TensorFlow, MPI or Gloo ($summary)"
+  log "horovodrun --check-build passed: $summary"
   touch "$venv/.complete"
 }
 

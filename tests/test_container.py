@@ -213,6 +213,42 @@ def test_without_a_wheel_of_its_key_it_compiles_one_into_the_cache(tmp_path):
     assert sorted(os.listdir(tmp_path / "cache" / "wheels")) == sorted([key, other.parent.name])
 
 
+# horovodrun --check-build's report as Horovod 0.28.1 prints it (the [X] PyTorch as in this suite's
+# environment, which has no torch).
+CHECK_BUILD = """Horovod v0.28.1:
+
+Available Frameworks:
+    [X] TensorFlow
+    [X] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [X] MPI
+    [X] Gloo
+
+Available Tensor Operations:
+    [ ] NCCL
+    [ ] DDL
+    [ ] CCL
+    [X] MPI
+    [X] Gloo
+"""
+
+
+@pytest.mark.parametrize("report, passes, line", [
+    (CHECK_BUILD, True, "frameworks: TensorFlow PyTorch; controllers: MPI Gloo; tensor operations: MPI Gloo"),
+    # A reused wheel whose TensorFlow extension does not load: --check-build still exits 0.
+    (CHECK_BUILD.replace("[X] TensorFlow", "[ ] TensorFlow"), False,
+     "frameworks: PyTorch; controllers: MPI Gloo; tensor operations: MPI Gloo"),
+    (CHECK_BUILD.replace("    [X] Gloo\n\nAvailable Tensor", "    [ ] Gloo\n\nAvailable Tensor"), False,
+     "frameworks: TensorFlow PyTorch; controllers: MPI; tensor operations: MPI Gloo"),
+])
+def test_the_check_build_line_and_verdict(tmp_path, report, passes, line):
+    (tmp_path / "report").write_text(report)
+    result = setup_sh(f'check_build_summary < {tmp_path}/report || echo "rc=$?"')
+    assert result.stdout == line + "\n" + ("" if passes else "rc=1\n"), result.stderr
+
+
 # --- the GPU image's suite-check stage -----------------------------------------------------------
 
 def test_every_gpu_build_runs_the_suite_check_stage():
