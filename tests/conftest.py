@@ -82,6 +82,8 @@ def train_cmd(*args, launcher=(), np=1, module="models.resnet50"):
                                    "-hostfile", "hostfiles/localhost"],
         ("horovodrun", "--mpi"): ["horovodrun", "--mpi", "-np", str(np), "-H", f"localhost:{np}"],
         ("mpirun",): ["mpirun", "--oversubscribe", "-np", str(np)],
+        # Each rank's lines tagged [1,<rank>]<stream>: as horovodrun runs mpirun, for tests that read them.
+        ("mpirun", "--tag-output"): ["mpirun", "--oversubscribe", "--tag-output", "-np", str(np)],
     }[tuple(launcher)]
     return prefix + [sys.executable if not prefix else "python", "-m", module, *args]
 

@@ -127,7 +127,7 @@ def train(*args, timeout=SINGLE_TIMEOUT):
 def launch(*args, np=2, timeout=LAUNCH_TIMEOUT):
     # mpirun, Horovod's MPI controller as under plain horovodrun, without horovodrun's check of Horovod's
     # build (a TensorFlow process of its own): the subject is the ranks' handling of bad input.
-    return run(train_cmd(*args, launcher=("mpirun",), np=np), timeout=timeout)
+    return run(train_cmd(*args, launcher=("mpirun", "--tag-output"), np=np), timeout=timeout)
 
 
 def copy_dataset(small_data, tmp_path, name="data"):
@@ -320,7 +320,7 @@ def test_undecodable_image_aborts_the_run_with_the_error_last(small_data, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher, rank, how", [
-    (("mpirun",), 1, "garbled"),
+    (("mpirun", "--tag-output"), 1, "garbled"),
     (("horovodrun", "--gloo"), 0, "truncated"),
 ], ids=["mpirun-rank1-garbled", "horovodrun-gloo-rank0-truncated"])
 def test_corrupt_shard_on_one_rank_aborts_every_rank(launcher, rank, how, small_data, tmp_path):

@@ -24,7 +24,7 @@ BERT_LARGE_JSON = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "h
 def bert(*args, np=1, timeout=300):
     # Several ranks under mpirun (Horovod's MPI controller, as plain horovodrun runs it, without its check of
     # Horovod's build): BERT is the subject here; `make demo-bert` is the horovodrun command.
-    launcher = ("mpirun",) if np > 1 else ()
+    launcher = ("mpirun", "--tag-output") if np > 1 else ()
     return run(train_cmd(*args, launcher=launcher, np=np, module="models.bert"), timeout=timeout)
 
 
