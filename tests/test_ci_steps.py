@@ -84,6 +84,32 @@ def test_a_cancelled_job_prints_the_table_with_the_step_it_stopped_in():
     assert "after" not in result.stdout
 
 
+def test_the_real_ci_run_with_a_stand_in_make(tmp_path):
+    """.ci/run itself: every step once, in order, its table at the end; a failing step ends it with
+    that step's code and the table, the later steps not run."""
+    calls = tmp_path / "calls"
+    make = tmp_path / "make"
+    make.write_text(f'#!/bin/bash\necho "$*" >> {calls}\n[[ $* != "$FAIL" ]]\n')
+    make.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", os.path.join(REPO, ".ci", "run")], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    steps = calls.read_text().splitlines()
+    assert steps == ["setup lint", "test-phase1", "test-phase2", "test-phase3", "setup-tf2.15", "test-tf2.15",
+                     "image-test"]
+    rows = table(result.stdout)
+    assert [row[0].split(" (")[0] for row in rows[:-1]] == [f"make {step}" for step in steps]
+    # The real clock: a stand-in step takes 0 s, or 1 s where it crosses a second.
+    assert all(row[1] in ("0 s", "1 s") and row[2] == "ok" for row in rows[:-1]) and rows[-1][0] == ".ci/run in all"
+    calls.unlink()
+    result = subprocess.run(["bash", os.path.join(REPO, ".ci", "run")], capture_output=True, text=True,
+                            timeout=60, env={**env, "FAIL": "test-phase2"})
+    assert result.returncode == 1
+    assert calls.read_text().splitlines() == ["setup lint", "test-phase1", "test-phase2"]
+    assert table(result.stdout)[2][2] == "failed (exit 1)"
+
+
 def make_targets(words):
     return [word for word in words if not word.startswith("-") and "=" not in word]
 
