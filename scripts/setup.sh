@@ -10,7 +10,8 @@
 #
 # Environment knobs:
 #   SUITE_CACHE_DIR   where environments and the Horovod wheel are cached
-#                     (default: ~/.cache/mlperf-hvd-suite)
+#                     (default: ~/.cache/mlperf-hvd-suite); container/build.sh mounts its wheels/
+#                     into the CPU image's build, whose set-up reuses a wheel of the same key
 #   SUITE_DEVICE      cpu | gpu (default: gpu when nvidia-smi works, else cpu);
 #                     gpu installs `tensorflow` and builds Horovod with NCCL.
 #   SUITE_PYTHON      interpreter used to create the environment (default: python3.11)
