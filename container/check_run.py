@@ -13,8 +13,8 @@ weights in sync (with --epochs N, the command was run with DEMO_FLAGS="--set epo
 records that budget, trained and evaluated, and ended at its target or, short of it, aborted at the
 end of the budget, which the MLPerf checker accepts too); the demo's output has no line of
 TensorFlow's start-up (the CUDA build's complaints on a machine without a GPU, TensorFlow's info
-lines), and the image's environment holds exactly one
-TensorFlow distribution (FILE: the distribution names the image's python lists, one a line). Prints
+lines), and the image's environment holds exactly one TensorFlow distribution (FILE: the
+distribution names the image's python lists, one a line). Prints
 one line per problem and exits 1, or says what passed. Standard library only: it runs on the host,
 outside the suite's environment.
 """
@@ -110,6 +110,12 @@ def outcome_problems(summary, config, epochs):
     if status not in ("success", "aborted") or (status == "success") != reached:
         problems.append(f"summary.json status is {status!r} at accuracy {accuracy!r} (target {target!r}): "
                         "neither the target reached nor the budget spent short of it")
+    elif status == "aborted":
+        # Training runs on to the first evaluation at or after the budget's last epoch.
+        last = (summary.get("evals") or [{}])[-1].get("epoch_num")
+        if not (isinstance(last, int) and last >= epochs):
+            problems.append(f"summary.json: the last evaluation at epoch {last!r}, before the end of the "
+                            f"{epochs}-epoch budget")
     return problems
 
 

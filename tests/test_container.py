@@ -423,7 +423,7 @@ def budget_run(tmp_path, epochs=1, **summary):
     (run_dir / "config.json").write_text(json.dumps({"preset": "tiny_cpu", "config": {"epochs": epochs}}))
     (run_dir / "summary.json").write_text(json.dumps({
         "status": "aborted", "accuracy": 0.4, "target_accuracy": 0.9, "weights_in_sync": True, "steps": 10,
-        "evals": [{"epoch": 1, "accuracy": 0.4}], **summary}))
+        "evals": [{"epoch_num": 1, "accuracy": 0.4, "step": 10}], **summary}))
     (tmp_path / "demo.log").write_text("run aborted: accuracy 0.4000 after 10 steps\nINFO - SUCCESS\n"
                                        "MLPerf log: runs/demo/run/result_0.txt\n")
     return run_dir
@@ -457,6 +457,12 @@ def test_check_run_passes_a_budget_run_that_reached_its_target(tmp_path):
 def test_check_run_still_fails_a_budget_run(tmp_path, breakage, culprit):
     budget_run(tmp_path, **breakage)
     assert culprit in checker_says(tmp_path, "--epochs", "1")
+
+
+def test_check_run_wants_the_whole_budget_spent_before_an_abort(tmp_path):
+    budget_run(tmp_path, epochs=2)  # its one evaluation at epoch 1: stopped before the budget's end
+    assert "the last evaluation at epoch 1, before the end of the 2-epoch budget" in checker_says(
+        tmp_path, "--epochs", "2")
 
 
 def test_check_run_wants_how_a_budget_run_ended_in_its_output(tmp_path):
