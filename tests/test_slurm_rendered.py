@@ -46,18 +46,15 @@ class RenderedRun:
     run_dir: object
 
 
-def cluster_for(request, nodes):
-    """The two-node cluster, or the four-node one for more than two nodes."""
-    return request.getfixturevalue("slurm4" if nodes > 2 else "slurm")
-
-
 # The plain job (the template's own srun step, no sweep) on the four-node cluster: every node's node check
 # and one step across them. One and two nodes render the same script with another --nodes, and the sweep
 # job below runs 1-, 2- and 4-node steps inside one allocation.
-@pytest.fixture(scope="module", params=[4], ids=lambda nodes: f"{nodes}node")
-def rendered_run(request, bert_data, tmp_path_factory):
-    nodes = request.param
-    slurm = cluster_for(request, nodes)
+RENDERED_NODES = 4
+
+
+@pytest.fixture(scope="module")
+def rendered_run(slurm4, bert_data, tmp_path_factory):
+    slurm, nodes = slurm4, RENDERED_NODES
     folder = tmp_path_factory.mktemp(f"rendered{nodes}")
     results = folder / "results"
     results.mkdir()  # the script's header says so: Slurm opens --output there before the script runs

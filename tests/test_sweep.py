@@ -292,7 +292,6 @@ FAULTS = [(signal.SIGKILL, "start-up"), (signal.SIGKILL, "allreduce"), (signal.S
           (signal.SIGINT, "training"), (signal.SIGKILL, "training"), (signal.SIGKILL, "random")]
 KILLS = sum(signum == signal.SIGKILL for signum, _ in FAULTS)
 KILL_MOMENTS = (0.5, 8.0)
-RUNS = 2 * 5
 
 
 @dataclass
@@ -383,17 +382,18 @@ def sweep_through_faults(args, out, rng, logs):
     return faults, finished
 
 
-# What the sweep says when a run of its own has ended.
-FINISHED_A_RUN = "min from run_start to run_stop"
-
-
 def _statuses(out):
     return {key: (record.get("status"), record.get("attempts")) for key, record in _runs(out).items()}
 
 
 def _runs(out):
+    return _manifest_section(out, "runs")
+
+
+def _manifest_section(out, name):
+    """The manifest's runs or allreduce entries as the sweep last wrote them ({} before its first write)."""
     try:
-        return read_json(out / "sweep.json")["runs"]
+        return read_json(out / "sweep.json")[name]
     except (OSError, ValueError):
         return {}  # not written yet
 
@@ -416,11 +416,7 @@ def _kill_now(job, out, phase):
 
 
 def _allreduce_statuses(out):
-    try:
-        entries = read_json(out / "sweep.json")["allreduce"]
-    except (OSError, ValueError):
-        return {}  # not written yet
-    return {system: entry.get("status") for system, entry in entries.items()}
+    return {system: entry.get("status") for system, entry in _manifest_section(out, "allreduce").items()}
 
 
 def _launched_by(job, record):
@@ -433,11 +429,8 @@ def _launched_by(job, record):
 def _allreduce_launched(job, out):
     """A scale's allreduce benchmark launched by this sweep: its entry running."""
     assert job.poll() is None, f"the sweep ended (exit {job.returncode}) before an allreduce launched"
-    try:
-        entries = read_json(out / "sweep.json")["allreduce"]
-    except (OSError, ValueError):
-        return None
-    return any(entry.get("status") == "running" and _launched_by(job, entry) for entry in entries.values())
+    return any(entry.get("status") == "running" and _launched_by(job, entry)
+               for entry in _manifest_section(out, "allreduce").values())
 
 
 def _launched_not_started(job, out):
