@@ -1073,8 +1073,9 @@ def test_default_run_id_and_job_name():
 
 
 def test_a_model_without_a_workload_is_rendered_with_a_note():
-    assert deploy_job.model_presets("models.no_such_benchmark") is None
-    assert deploy_job.model_presets("models.resnet50").BENCHMARK == "resnet"
+    from suite.common import benchmarks
+    assert benchmarks.of_module("models.no_such_benchmark") is None
+    assert benchmarks.of_module("models.resnet50").name == "resnet"
 
 
 SLURM = ["slurm", *job(2, *SLURM_PATHS)]

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO, run
 from suite.cluster import launch as launch_module
-from suite.common import modelargs
+from suite.common import benchmarks, modelargs
 from test_launch_cli import assert_one_line_error, launch, node_hostfile
 
 OCI = ["--profile", "oci-bm-gpu-gm4-8"]
@@ -157,13 +157,13 @@ def test_placeholders_are_numbered_once_per_place():
 @pytest.mark.parametrize("model", ["models.resnet50", "models.bert"])
 def test_each_closed_preset_names_the_process_count_of_its_arithmetic(model):
     """ranks, batch_arithmetic ("16 GPUs x 48 x 2 accumulation = 1536") and the settings agree."""
-    presets = modelargs.presets_of(model)
-    closed = {name: p for name, p in presets.PRESETS.items() if re.match(r"closed_\d+x", name)}
+    benchmark = benchmarks.of_module(model)
+    closed = {name: p for name, p in benchmark.presets.items() if re.match(r"closed_\d+x", name)}
     assert closed
     for name, preset in closed.items():
         *factors, total = [int(n) for n in re.findall(r"\d+", preset.batch_arithmetic)]
         assert preset.ranks == (factors[0],) and name.startswith(f"closed_{factors[0]}x"), name
-        settings = presets.CONFIG(**preset.overrides)
+        settings = benchmark.config_cls(**preset.overrides)
         assert settings.global_batch_size == total == math.prod(factors), name
         assert getattr(settings, "accumulation_steps", 1) == (factors[2] if len(factors) == 3 else 1), name
-        modelargs.check_scale(model, presets.PRESETS, name, settings, factors[0])
+        modelargs.check_scale(model, benchmark.presets, name, settings, factors[0])

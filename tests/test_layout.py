@@ -1,6 +1,7 @@
 """The two worlds stay apart: the login-node side (suite.cluster, suite.common, the models' presets) runs
 without TensorFlow or Horovod, and the old `python -m suite.X` paths users type still work."""
 import ast
+import importlib
 import os
 import pkgutil
 import sys
@@ -9,6 +10,7 @@ import pytest
 
 import suite.cluster
 import suite.common
+from suite.common import benchmarks
 from conftest import REPO, run
 from test_deploy import CASES
 from test_report import make_sweep
@@ -21,7 +23,7 @@ def login_node_modules():
     for package in (suite.cluster, suite.common):
         names.append(package.__name__)
         names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
-    names += [f"models.{model}.presets" for model in ("resnet50", "bert")]
+    names += [f"{benchmark.module}.presets" for benchmark in benchmarks.discovered().values()]
     return names
 
 
@@ -45,8 +47,9 @@ def test_login_node_modules_load_neither_tensorflow_nor_horovod_nor_the_rank_sid
 def test_the_rank_side_never_imports_the_login_node_side():
     import suite.train
     names = [m.name for m in pkgutil.walk_packages(suite.train.__path__, "suite.train.")]
-    names += [f"models.{model}.{part}" for model in ("resnet50", "bert")
-              for part in ("workload", "data", "model", "optim", "__main__")]
+    for benchmark in benchmarks.discovered().values():
+        package = importlib.import_module(benchmark.module)
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, f"{benchmark.module}.")]
     code = "\n".join([
         "import importlib, sys",
         f"for name in {names!r}:",

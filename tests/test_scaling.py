@@ -9,8 +9,8 @@ from conftest import run
 from suite.cluster import scaling
 from suite.cluster.scaling import Scenario, beside_measured, project, ring_allreduce_seconds
 
-RESNET_FP32 = scaling.gradient_bytes(scaling.RESNET50_PARAMS)
-RESNET_FP16 = scaling.gradient_bytes(scaling.RESNET50_PARAMS, fp16=True)
+RESNET_FP32 = scaling.gradient_bytes(scaling.model_parameters("resnet50"))
+RESNET_FP16 = scaling.gradient_bytes(scaling.model_parameters("resnet50"), fp16=True)
 # The digest rounds BERT-large to 340M parameters (1.36 GB fp32, 0.68 GB fp16); its table uses that.
 BERT_DIGEST_FP32 = 1.36e9
 BERT_DIGEST_FP16 = 0.68e9
@@ -52,11 +52,15 @@ def test_ring_formula_by_hand():
 
 def test_bert_large_parameter_count_from_its_config():
     # 335,141,888 is the encoder with pooler (the usual BertModel figure); the heads add 1,084,220.
-    assert scaling.bert_parameter_count(**scaling.BERT_LARGE, heads=False) == 335_141_888
-    assert scaling.BERT_LARGE_PARAMS == 336_226_108
-    assert scaling.gradient_bytes(scaling.BERT_LARGE_PARAMS) == 1_344_904_432
+    from models.bert.size import BERT_LARGE_SHAPE, parameter_count
+    assert parameter_count(**BERT_LARGE_SHAPE, heads=False) == 335_141_888
+    # The scaling model finds the count through the benchmark's description, by folder or MLPerf name.
+    assert scaling.model_parameters("bert") == 336_226_108
+    assert scaling.model_parameters("resnet50") == scaling.model_parameters("resnet") == 25_557_032
+    assert scaling.gradient_bytes(scaling.model_parameters("bert")) == 1_344_904_432
+    assert scaling.model_parameters("no-such-model") is None
     # BERT-base (h 768, 12 layers, 3072) as a second check of the formula: 109,482,240 without heads.
-    assert scaling.bert_parameter_count(768, 12, 3072, 30522, 512, 2, heads=False) == 109_482_240
+    assert parameter_count(768, 12, 3072, 30522, 512, 2, heads=False) == 109_482_240
 
 
 def resnet(**changes):
@@ -165,7 +169,7 @@ def test_cli_prints_the_projection(tmp_path):
 @pytest.mark.parametrize("args, culprit", [(["--overlap", "2"], "overlap"), (["--gpus", "0"], "GPU counts"),
                                            (["--model", "vgg"], "--model"), (["--busbw", "fast"], "--busbw")])
 def test_cli_bad_input_is_one_line(args, culprit):
-    base = ["--per-gpu-throughput", "2400", "--per-gpu-batch", "256", "--busbw", "185"]
+    base = ["--model", "resnet50", "--per-gpu-throughput", "2400", "--per-gpu-batch", "256", "--busbw", "185"]
     result = run([sys.executable, "-m", "suite.cluster.scaling", *base, *args], timeout=60)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -255,8 +259,9 @@ def test_a_flat_top_is_the_plateau():
 
 
 def test_cli_projects_strong_scaling_at_a_global_batch():
-    result = run([sys.executable, "-m", "suite.cluster.scaling", "--per-gpu-throughput", "2400",
-                  "--per-gpu-batch", "408", "--global-batch", "3264", "--busbw", "185", "--gpus", "8", "16"],
+    result = run([sys.executable, "-m", "suite.cluster.scaling", "--model", "resnet50",
+                  "--per-gpu-throughput", "2400", "--per-gpu-batch", "408", "--global-batch", "3264",
+                  "--busbw", "185", "--gpus", "8", "16"],
                  timeout=60)
     assert result.returncode == 0, result.stderr
     assert "strong scaling at global batch 3264" in result.stdout

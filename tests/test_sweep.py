@@ -679,9 +679,9 @@ def test_report_of_the_sweep(swept):
             assert f"| {start} | {stop} | {minutes:.4f} |" in text
     assert (report / "allreduce.png").exists() and "Projected beside measured" in text
     # The projection sizes the allreduce from the model the runs trained (2 classes), not ResNet-50's 1,000.
-    from suite.cluster.scaling import RESNET50_PARAMS, max_bytes_for
+    from suite.cluster.scaling import max_bytes_for, model_parameters
     recorded = read_json(swept.out / "runs" / SYSTEMS[0] / "run_0" / "summary.json")
-    assert recorded["gradient_bytes"] == 4 * recorded["trainable_parameters"] < 4 * RESNET50_PARAMS
+    assert recorded["gradient_bytes"] == 4 * recorded["trainable_parameters"] < 4 * model_parameters("resnet")
     assert f"S = {recorded['gradient_bytes']:,} bytes" in text
     # The fixture's allreduce stops at 256K, far below the gradient: the report must say so at the top.
     # Whether busbw still rose at 256K or looked flat there is down to the machine's noise; either way

@@ -14,7 +14,7 @@ from suite.common import timetotrain
 from suite.cluster.results_folder import read_folder
 from suite.cluster.scaling import Scenario
 
-RESNET_FP32 = scaling.gradient_bytes(scaling.RESNET50_PARAMS)
+RESNET_FP32 = scaling.gradient_bytes(scaling.model_parameters("resnet"))
 
 
 def template(**changes):
@@ -28,8 +28,8 @@ def projected(folder, ruleset, gpus, batch):
     """The projection the command line makes: the benchmark's fp32 gradient, its system's GPUs per node."""
     read = read_folder(folder, ruleset)
     measured = scaling.measured_scale(timetotrain.summarize(read), read.gpus)
-    model = scaling.BENCHMARK_MODELS[read.benchmark]
-    base = template(model=model, gradient_bytes=scaling.gradient_bytes(scaling.MODEL_PARAMS[model]),
+    model = read.benchmark
+    base = template(model=model, gradient_bytes=scaling.gradient_bytes(scaling.model_parameters(model)),
                     gpus_per_node=read.gpus_per_node)
     return scaling.project_time_to_train(measured, scaling.scenario_for(measured, base), gpus, batch, ruleset)
 
@@ -133,6 +133,8 @@ def test_cli_from_results_without_global_batch_projects_weak_scaling(tmp_path):
     (["--per-gpu-throughput", "2400", "--per-gpu-batch", "256"], "required: --busbw"),
     (["--per-gpu-throughput", "2400", "--per-gpu-batch", "256", "--busbw", "185", "--global-batch", "1", "2"],
      "one --global-batch without --from-results"),
+    (["--per-gpu-throughput", "2400", "--per-gpu-batch", "256", "--busbw", "185"],
+     "give --model (bert, resnet50)"),
 ])
 def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, args, culprit):
     out = tmp_path / "projection.json"

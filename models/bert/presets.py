@@ -1,9 +1,10 @@
 """BERT settings and named presets: plain data, readable without TensorFlow (the login node's view)."""
 from dataclasses import dataclass
 
+from models.bert.size import BERT_LARGE_SHAPE, parameter_count
 from suite.common.config import CommonConfig, Preset
+from suite.common.workload import Benchmark
 
-BENCHMARK = "bert"
 TARGET_MLM_ACCURACY = 0.720
 
 
@@ -132,3 +133,10 @@ def rcp_hyperparameters(config, ranks):
 
 CONFIG = BertRunConfig
 DEFAULT_PRESET = "closed_8xA100_gbs448"
+
+BENCHMARK = Benchmark(
+    name="bert", module=__package__, title="BERT pretraining", config_cls=CONFIG, presets=PRESETS,
+    default_preset=DEFAULT_PRESET, sample_unit="sequences",
+    parameter_count=parameter_count(**BERT_LARGE_SHAPE),
+    # MLPerf Training rules v2.1, "Benchmark Results": 10 runs for BERT; its RCPs count samples.
+    required_runs=10, converges_in="samples", rcp_hyperparameters=rcp_hyperparameters)

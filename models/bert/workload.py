@@ -4,7 +4,7 @@ import os
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
-from models.bert.presets import BENCHMARK, CONFIG, DEFAULT_PRESET, PRESETS, TARGET_MLM_ACCURACY
+from models.bert.presets import BENCHMARK, TARGET_MLM_ACCURACY
 from suite.common.workload import Block, Division, Job, WorkloadSpec, local_batch_size
 
 MLPERF_EVAL_RECORDS = 10_000
@@ -208,7 +208,7 @@ def build_job(config, world, seed):
             epsilon=config.epsilon, weight_decay=config.weight_decay),
     }
     return Job(
-        benchmark=BENCHMARK, model=model, optimizer=optimizer, train_data=train, eval_data=make_eval,
+        benchmark=BENCHMARK.name, model=model, optimizer=optimizer, train_data=train, eval_data=make_eval,
         loss_fn=_loss, eval_fn=_masked_lm_counts, blocks=plan_blocks(config),
         target_accuracy=config.target_accuracy, global_batch_size=config.global_batch_size,
         local_batch_size=batch, train_samples=0, eval_samples=eval_records,
@@ -237,5 +237,4 @@ def _masked_lm_counts(model, features, labels):
     return masked_lm_counts(mlm_logits, labels)
 
 
-SPEC = WorkloadSpec(name="bert", title="BERT pretraining", config_cls=CONFIG, presets=PRESETS,
-                    default_preset=DEFAULT_PRESET, build_job=build_job)
+SPEC = WorkloadSpec(benchmark=BENCHMARK, build_job=build_job)

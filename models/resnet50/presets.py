@@ -2,8 +2,8 @@
 from dataclasses import dataclass
 
 from suite.common.config import CommonConfig, Preset
+from suite.common.workload import Benchmark
 
-BENCHMARK = "resnet"
 TARGET_TOP1 = 0.759
 IMAGENET_COUNTS = (1_281_167, 50_000)  # train, validation records
 
@@ -139,3 +139,12 @@ def rcp_hyperparameters(config, ranks):
 
 CONFIG = ResNetConfig
 DEFAULT_PRESET = "closed_8xA100_gbs3264"
+# Trainable parameters of ResNet-50 v1.5 as models/resnet50/model.py builds it (tests/test_resnet_model.py
+# counts them on the built model).
+PARAMETER_COUNT = 25_557_032
+
+BENCHMARK = Benchmark(
+    name="resnet", module=__package__, title="ResNet-50 v1.5", config_cls=CONFIG, presets=PRESETS,
+    default_preset=DEFAULT_PRESET, sample_unit="images", parameter_count=PARAMETER_COUNT,
+    # MLPerf Training rules v2.1, "Benchmark Results": 5 runs for image classification.
+    required_runs=5, converges_in="epochs", rcp_hyperparameters=rcp_hyperparameters)

@@ -1,7 +1,7 @@
 """The ResNet-50 workload: closed-rule checks, the evaluation plan and the pieces the suite's loop runs."""
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
-from models.resnet50.presets import BENCHMARK, CONFIG, DEFAULT_PRESET, IMAGENET_COUNTS, PRESETS, TARGET_TOP1
+from models.resnet50.presets import BENCHMARK, IMAGENET_COUNTS, TARGET_TOP1
 from suite.common.workload import Block, Division, Job, WorkloadSpec, local_batch_size
 
 
@@ -152,7 +152,7 @@ def build_job(config, world, seed):
     if coverage:
         verdict = Division("open", (*verdict.reasons, coverage))
     return Job(
-        benchmark=BENCHMARK, model=model, optimizer=optimizer, train_data=train, eval_data=make_eval,
+        benchmark=BENCHMARK.name, model=model, optimizer=optimizer, train_data=train, eval_data=make_eval,
         loss_fn=_loss_fn(config), eval_fn=_top1, blocks=plan_blocks(config, steps_per_epoch),
         target_accuracy=config.target_accuracy, global_batch_size=config.global_batch_size,
         local_batch_size=batch, train_samples=train_records, eval_samples=eval_records,
@@ -189,5 +189,4 @@ def _top1(model, images, labels):
     return correct, tf.cast(tf.shape(labels)[0], tf.float32)
 
 
-SPEC = WorkloadSpec(name="resnet50", title="ResNet-50 v1.5", config_cls=CONFIG, presets=PRESETS,
-                    default_preset=DEFAULT_PRESET, build_job=build_job)
+SPEC = WorkloadSpec(benchmark=BENCHMARK, build_job=build_job)

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 from mlperf_logging.rcp_checker import rcp_checker
 
+from suite.common import mlperf_rules
+
 USAGE = "training"
 PASS = "pruned_rcps"
-# Benchmarks whose RCPs count samples to converge ("Epochs to converge" holds samples for them).
-SAMPLE_BENCHMARKS = ("bert",)
 NO_RCP = ("no RCP covers global batch {batch}; a result at that batch cannot pass the RCP check of a "
           "submission")
 
@@ -69,7 +69,8 @@ def lookup(benchmark, ruleset, global_batch_size):
     if not isinstance(global_batch_size, int) or global_batch_size <= 0:
         raise ValueError(f"global batch must be a positive integer, not {global_batch_size!r}")
     table = checker(benchmark, ruleset)
-    unit = "samples" if benchmark in SAMPLE_BENCHMARKS else "epochs"
+    # A benchmark whose RCPs count samples holds samples in their "Epochs to converge".
+    unit = mlperf_rules.convergence_unit(benchmark)
     source, record, between = _reference(table, global_batch_size)
     check, check_record = _check(table, global_batch_size)
     return Rcp(

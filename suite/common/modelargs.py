@@ -6,26 +6,25 @@ bad value, a preset meant for another process count, a global batch that does no
 Nothing here imports TensorFlow: a model's presets module is plain data.
 """
 import argparse
-import importlib
-import importlib.util
 import os
 
-from suite.common import profiles
+from suite.common import benchmarks, profiles
 from suite.common.busbw import WARN_BELOW
 from suite.common.config import ConfigError, describe_fields, load_file, resolve
 from suite.common.workload import local_batch_size
 
 
-def build_parser(module, title, config_cls, presets, default_preset, parser_class=argparse.ArgumentParser):
-    """The flags of `python -m MODULE`."""
+def build_parser(benchmark, parser_class=argparse.ArgumentParser):
+    """The flags of `python -m MODULE` for a suite.common.workload.Benchmark."""
+    presets, default_preset = benchmark.presets, benchmark.default_preset
     parser = parser_class(
-        prog=f"python -m {module}",
-        description=f"MLPerf Training {title} with TensorFlow + Horovod. Runs unchanged on one "
+        prog=f"python -m {benchmark.module}",
+        description=f"MLPerf Training {benchmark.title} with TensorFlow + Horovod. Runs unchanged on one "
                     f"process or under horovodrun, mpirun or srun. Settings come from a preset, then "
                     f"--config, then --data-dir/--run-dir, then each --set.",
         epilog="Presets:\n" + "\n".join(f"  {preset_name}: {preset.describe()}"
                                         for preset_name, preset in presets.items())
-               + "\n\nSettings (--set key=value):\n" + "\n".join(describe_fields(config_cls)),
+               + "\n\nSettings (--set key=value):\n" + "\n".join(describe_fields(benchmark.config_cls)),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default=default_preset,
                         help=f"named starting configuration (default: {default_preset})")
@@ -62,27 +61,10 @@ def build_parser(module, title, config_cls, presets, default_preset, parser_clas
     return parser
 
 
-def resolve_config(args, config_cls, presets):
+def resolve_config(args, benchmark):
     """The frozen config from parsed flags; raises ConfigError naming the flag, key or file."""
     extra = {"data_dir": args.data_dir} if args.data_dir else {}
-    return resolve(config_cls, presets, args.preset, args.config, args.sets, extra)
-
-
-def presets_of(module):
-    """MODULE.presets (plain data, no TensorFlow), or None for a script or a module without one."""
-    if module.endswith(".py") or module.startswith("suite."):
-        # The suite's own entry points (the allreduce benchmark) have none, and looking would import
-        # the rank side.
-        return None
-    try:
-        # Only a package can hold one: importing MODULE.presets imports MODULE itself first, which
-        # for a plain module may load TensorFlow.
-        spec = importlib.util.find_spec(module)
-        if spec is None or spec.submodule_search_locations is None:
-            return None
-        return importlib.import_module(f"{module}.presets")
-    except ImportError:
-        return None
+    return resolve(benchmark.config_cls, benchmark.presets, args.preset, args.config, args.sets, extra)
 
 
 class _Refusing(argparse.ArgumentParser):
@@ -91,10 +73,9 @@ class _Refusing(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message}")
 
 
-def parse_model_args(model, presets):
+def parse_model_args(model, benchmark):
     """The parser and parsed flags of model ([MODULE, args...]); a flag it refuses is a ConfigError."""
-    parser = build_parser(model[0], model[0], presets.CONFIG, presets.PRESETS, presets.DEFAULT_PRESET,
-                          _Refusing)
+    parser = build_parser(benchmark, _Refusing)
     return parser, parser.parse_args(model[1:])
 
 
@@ -104,15 +85,15 @@ def check(model, np):
     model is [MODULE, args...]; a module without a presets module (a script, the allreduce
     benchmark) is left to check its own flags.
     """
-    presets = presets_of(model[0])
-    if presets is None or {"-h", "--help"} & set(model[1:]):
+    benchmark = benchmarks.of_module(model[0])
+    if benchmark is None or {"-h", "--help"} & set(model[1:]):
         return
-    parser, args = parse_model_args(model, presets)
+    parser, args = parse_model_args(model, benchmark)
     try:
-        config = resolve_config(args, presets.CONFIG, presets.PRESETS)
+        config = resolve_config(args, benchmark)
     except ConfigError as err:
         raise ConfigError(f"{parser.prog}: {err}") from None
-    check_scale(parser.prog, presets.PRESETS, args.preset, config, np, _sets_batch(args))
+    check_scale(parser.prog, benchmark.presets, args.preset, config, np, _sets_batch(args))
 
 
 def _sets_batch(args):

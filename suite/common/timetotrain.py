@@ -33,11 +33,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
-from suite.common import results
+from suite.common import mlperf_rules, results
 from suite.common.results import LogError
-
-# Benchmarks whose convergence is counted in samples (train_samples); the others count epochs.
-SAMPLE_BENCHMARKS = ("bert",)
 
 
 @dataclass(frozen=True)
@@ -274,7 +271,7 @@ def _distinct_evaluations(found):
 def _target(run, found, evaluated_at):
     """(target epochs or None, target samples) of a run."""
     logged = [e["value"] for e in found if e["key"] == "train_samples" and _number(e.get("value"))]
-    if run.benchmark in SAMPLE_BENCHMARKS:
+    if mlperf_rules.counts_samples(run.benchmark):
         # train_samples at the end is the samples trained; else BERT's eval epoch_num counts samples.
         samples = logged[-1] if logged else (evaluated_at[-1] if evaluated_at else None)
         if not _number(samples) or samples <= 0:

@@ -1,6 +1,48 @@
-"""What a benchmark hands the training loop: model, optimizer, data, loss, metric, schedule, log keys."""
+"""The benchmark contract, both halves: what a benchmark is without TensorFlow (`Benchmark`, read on the
+login node and in the ranks), and what it hands the training loop (`WorkloadSpec` builds a `Job`: model,
+optimizer, data, loss, metric, schedule, log keys). docs/adding-a-benchmark.md walks through both."""
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
+
+# The units of an MLPerf reference convergence point (RCP): epochs or samples to converge.
+CONVERGENCE_UNITS = ("epochs", "samples")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark as the whole suite sees it, plain data: each models/<name>/presets.py exports one
+    as BENCHMARK, and suite.common.benchmarks finds them by looking in models/.
+
+    rcp_hyperparameters(config, ranks) -> the config's values under the names of an RCP record's
+    Hyperparams (mlperf-logging's rcps_<name>.json), or None for a benchmark without RCPs.
+    """
+
+    name: str
+    """MLPerf's name for it, as result logs (submission_benchmark) and results folders spell it."""
+    module: str
+    """The entry point's package, `python -m <module>` (its folder under models/)."""
+    title: str
+    config_cls: type
+    presets: Mapping[str, object]
+    default_preset: str
+    sample_unit: str
+    """What one sample is, in throughput lines: images, sequences."""
+    parameter_count: int
+    """Trainable parameters of the full-size model: the gradient every step allreduces."""
+    required_runs: int
+    """Runs per result in the closed division (the MLPerf rules' table); the olympic mean drops one
+    fastest and one slowest of them."""
+    converges_in: str = "epochs"
+    """What its RCPs count to converge: epochs, or samples (BERT)."""
+    rcp_hyperparameters: Callable = None
+
+    def __post_init__(self):
+        if self.converges_in not in CONVERGENCE_UNITS:
+            raise ValueError(f"{self.module}: converges_in must be one of {CONVERGENCE_UNITS}, "
+                             f"not {self.converges_in!r}")
+        if self.default_preset not in self.presets:
+            raise ValueError(f"{self.module}: default_preset {self.default_preset!r} is not one of its "
+                             f"presets")
 
 
 @dataclass(frozen=True)
@@ -74,16 +116,12 @@ class Job:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """A benchmark as the suite sees it; each models/<name>/workload.py defines one.
+    """A benchmark as the ranks run it; each models/<name>/workload.py defines one as SPEC.
 
     build_job(config, world, seed) -> Job builds everything for a run (untimed init).
     """
 
-    name: str
-    title: str
-    config_cls: type
-    presets: Mapping[str, object]
-    default_preset: str
+    benchmark: Benchmark
     build_job: Callable
 
 

@@ -9,8 +9,7 @@ from suite.train.startup import apply_profile, env_rank
 
 
 def build_parser(spec):
-    return modelargs.build_parser(f"models.{spec.name}", spec.title, spec.config_cls, spec.presets,
-                                  spec.default_preset)
+    return modelargs.build_parser(spec.benchmark)
 
 
 def main(spec, argv=None):
@@ -25,7 +24,7 @@ def main(spec, argv=None):
     if args.verbose:
         suite.show_tensorflow_messages()
     try:
-        config = modelargs.resolve_config(args, spec.config_cls, spec.presets)
+        config = modelargs.resolve_config(args, spec.benchmark)
     except ConfigError as err:
         return _fail(rank, err, code=2)
     if args.print_config:

@@ -112,8 +112,8 @@ def _run(spec, config, preset, run_dir, state, options):
     cache_cleared = _clear_page_cache_on_every_host(world) if config.clear_cache else False
     log.event("cache_clear", cache_cleared)
     log.start("init_start")
-    say(f"{spec.title}: preset {preset}, {world.size} rank(s) via {world.launcher} on {world.device}, "
-        f"seed {seed}, run directory {run_dir}")
+    say(f"{spec.benchmark.title}: preset {preset}, {world.size} rank(s) via {world.launcher} on "
+        f"{world.device}, seed {seed}, run directory {run_dir}")
 
     phases.mark("run_directory_and_log")
     state.job = job = spec.build_job(config, world, seed)
@@ -143,7 +143,7 @@ def _run(spec, config, preset, run_dir, state, options):
         say(f"open division: {'; '.join(job.division.reasons)}")
 
     if options.throughput:
-        _measure_throughput(job, world, config, run_dir, say)
+        _measure_throughput(job, spec.benchmark.sample_unit, world, config, run_dir, say)
         log.close()
         return 0
     state.started = True
@@ -166,7 +166,7 @@ def _run(spec, config, preset, run_dir, state, options):
     return 0
 
 
-def _measure_throughput(job, world, config, run_dir, say):
+def _measure_throughput(job, sample_unit, world, config, run_dir, say):
     """--throughput: every rank times the train step; rank 0 writes throughput.json and prints it."""
     from suite.train import throughput
     record = throughput.measure(job, config)
@@ -177,7 +177,7 @@ def _measure_throughput(job, world, config, run_dir, say):
                                       job.local_batch_size, job.flops_per_sample,
                                       [g["peak"] for g in gathered], source)
         rundir.write_json(os.path.join(run_dir, "throughput.json"), result)
-        for line in throughput.describe(result, "sequences" if job.benchmark == "bert" else "samples"):
+        for line in throughput.describe(result, sample_unit):
             say(line)
         say(f"throughput: {os.path.join(run_dir, 'throughput.json')}")
 

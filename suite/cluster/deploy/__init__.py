@@ -7,12 +7,12 @@ import sys
 from suite.cluster import launch
 from suite.cluster.deploy import dockerfile, k8s, slurm
 from suite.cluster.deploy.dockerfile import DEFAULT_CPU_BASE, DEFAULT_NGC_TAG
-from suite.cluster.deploy.job import (DATA_MOUNT, MAX_NODES, MODELS, REPO, RESULTS_MOUNT, DeployError,
+from suite.cluster.deploy.job import (DATA_MOUNT, MAX_NODES, REPO, RESULTS_MOUNT, DeployError,
                                       plan_job, write_atomic)
 from suite.cluster.deploy.k8s import (DEFAULT_SSH_PORT, NETWORK_MODES, SRIOV_NETWORK, SRIOV_RESOURCE,
                                       SRIOV_VFS)
 from suite.cluster.launch import LaunchError
-from suite.common import profiles
+from suite.common import benchmarks, profiles
 from suite.common.profiles import ProfileError
 
 
@@ -82,7 +82,8 @@ def build_parser():
 def _job_flags():
     flags = Parser(add_help=False)
     what = flags.add_argument_group("the run")
-    what.add_argument("--model", required=True, choices=MODELS, help="the benchmark's module")
+    what.add_argument("--model", required=True, choices=benchmarks.modules(),
+                      help="the benchmark's module (a folder under models/)")
     what.add_argument("--preset", required=True, help="one of the model's presets (python -m MODEL --help)")
     what.add_argument("--nodes", required=True, type=int, help=f"number of nodes, 1 to {MAX_NODES}")
     what.add_argument("--profile", required=True, help="cluster profile name or YAML file "

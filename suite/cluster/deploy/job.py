@@ -2,7 +2,6 @@
 import argparse
 import dataclasses
 import datetime
-import importlib
 import ipaddress
 import os
 import re
@@ -13,13 +12,12 @@ import tempfile
 from dataclasses import dataclass, field
 
 from suite.cluster import launch
-from suite.common import profiles, runfiles
+from suite.common import benchmarks, profiles, runfiles
 
 # suite/cluster/deploy/ -> suite/cluster/templates/ and the repository root.
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(os.path.dirname(HERE))
 TEMPLATES = os.path.join(HERE, "templates")
-MODELS = ("models.resnet50", "models.bert")
 # The scales the suite is built and documented for (1, 2 and 4 nodes of 8 GPUs).
 MAX_NODES = 4
 SUITE_DIR, DATA_MOUNT, RESULTS_MOUNT = "/opt/mlperf-hvd-suite", "/data", "/results"
@@ -189,34 +187,19 @@ def check_flag(flag, value, pattern, wanted):
 
 def check_preset(job):
     """The preset must be the model's; its global batch must split evenly over the ranks."""
-    presets = model_presets(job.model)
-    if presets is None:
+    benchmark = benchmarks.of_module(job.model)
+    if benchmark is None:
         job.notes.append(f"{job.model} has no presets module yet; preset {job.preset!r} is not checked")
         return
-    if job.preset not in presets.PRESETS:
+    if job.preset not in benchmark.presets:
         raise DeployError(f"--preset {job.preset}: not a preset of {job.model}; "
-                          f"choose one of {', '.join(presets.PRESETS)}")
-    preset = presets.PRESETS[job.preset]
+                          f"choose one of {', '.join(benchmark.presets)}")
+    preset = benchmark.presets[job.preset]
     scale = re.match(r"(\d+) nodes? x", preset.hardware)
     if scale and int(scale[1]) != job.nodes:
         job.notes.append(f"preset {job.preset} is meant for {preset.hardware}; rendering it for {job.nodes} "
                          f"node{'s' if job.nodes > 1 else ''}")
-    _check_batch(job, presets.CONFIG, preset)
-
-
-def model_presets(model):
-    """The model's presets module (MODEL.presets), imported by name; None when the model has none yet.
-
-    A presets module imports the suite's config machinery only, never TensorFlow, so this is fast.
-    """
-    name = f"{model}.presets"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name in (name, model):
-            return None
-        raise
-    return module
+    _check_batch(job, benchmark.config_cls, preset)
 
 
 def _check_batch(job, config_cls, preset):

@@ -7,7 +7,7 @@ from suite.cluster.report.figures import (MIN_TIMED_STEPS, batch_sizes, run_thro
                                           throughput)
 from suite.cluster.report.formats import size, step_range
 from suite.cluster.report.sweep_folder import SystemResults
-from suite.cluster.sweep.planning import REQUIRED_RUNS
+from suite.common import mlperf_rules
 from suite.common.busbw import PLATEAU_BYTES
 
 
@@ -112,7 +112,7 @@ def projection_rows(data, asked="auto"):
 def banners(data, asked="auto"):
     """Loud warnings for the top of the report, one string each."""
     found = []
-    required = REQUIRED_RUNS.get(data.benchmark)
+    required = mlperf_rules.required_runs(data.benchmark)
     short = [s for s in data.scales if required and len(s.runs) < required]
     if short:
         counts = ", ".join(f"{s.system} {len(s.runs)}" for s in short)

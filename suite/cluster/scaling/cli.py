@@ -5,9 +5,9 @@ import json
 import sys
 from dataclasses import asdict
 
-from suite.cluster.scaling.model import (BENCHMARK_MODELS, MODEL_PARAMS, NVLINK_BUSBW_GBPS, Scenario,
-                                         beside_measured, format_beside_markdown, format_markdown,
-                                         gradient_bytes, project)
+from suite.cluster.scaling.model import (NVLINK_BUSBW_GBPS, Scenario, beside_measured, format_beside_markdown,
+                                         format_markdown, gradient_bytes, model_names, model_parameters,
+                                         project)
 from suite.cluster.scaling.time_to_train import (compute_rate, format_time_to_train, measured_scale,
                                                  project_time_to_train, scenario_for)
 from suite.common import timetotrain
@@ -24,7 +24,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 FROM_RESULTS_BUSBW_GBPS = 185.0  # the digest's OCI pass mark for 2 A100 nodes (§4), when --busbw is not given
-# The gradient each MLPerf benchmark allreduces, by the model whose parameter count gives it.
 REQUIRED_WITHOUT_RESULTS = ("--per-gpu-throughput", "--per-gpu-batch", "--busbw")
 
 
@@ -34,9 +33,10 @@ def build_parser():
                                  "counts from a ring-allreduce cost model, or, with --from-results, the time "
                                  "to train from a measured results folder (figures are projected, not "
                                  "measured).")
-    parser.add_argument("--model", choices=sorted(MODEL_PARAMS),
-                        help="gradient size from the model's parameter count (default resnet50, or the "
-                             "benchmark's model with --from-results)")
+    parser.add_argument("--model", choices=model_names(),
+                        help="gradient size from the parameter count of a benchmark's full-size model "
+                             "(its folder under models/; with --from-results, the results' benchmark by "
+                             "default)")
     parser.add_argument("--params", type=int, help="parameter count instead of the model's")
     parser.add_argument("--gradient-bytes", type=int, help="bytes allreduced per step, overriding the rest")
     parser.add_argument("--fp16-gradients", action="store_true", help="2-byte gradients (fp16 allreduce)")
@@ -85,15 +85,18 @@ def build_parser():
 
 
 def scenario_from_args(args):
-    model = args.model or "resnet50"
-    params = args.params if args.params is not None else MODEL_PARAMS[model]
-    nbytes = args.gradient_bytes
-    if nbytes is None:
-        nbytes = gradient_bytes(params, args.fp16_gradients)
     global_batch = args.global_batch or [0]
     if len(global_batch) > 1:
         raise UsageError("one --global-batch without --from-results")
-    return Scenario(model=model, per_gpu_throughput=args.per_gpu_throughput,
+    model = args.model
+    nbytes = args.gradient_bytes
+    if nbytes is None:
+        params = args.params if args.params is not None else model_parameters(model)
+        if params is None:
+            raise UsageError("no gradient size: give --model (" + ", ".join(model_names()) + "), --params "
+                             "or --gradient-bytes")
+        nbytes = gradient_bytes(params, args.fp16_gradients)
+    return Scenario(model=model or "a model of the given size", per_gpu_throughput=args.per_gpu_throughput,
                     per_gpu_batch=args.per_gpu_batch, gradient_bytes=nbytes, busbw_gbps=args.busbw,
                     nvlink_busbw_gbps=args.nvlink_busbw,
                     gpus_per_node=args.gpus_per_node or 8, overlap=args.overlap, global_batch=global_batch[0])
@@ -164,13 +167,13 @@ def _from_results_main(args):
                          f"{results_folder.system_description_path(folder.path, folder.system)}): give "
                          f"--source-gpus")
     measured = measured_scale(timetotrain.summarize(folder), folder.gpus)
-    model = args.model or BENCHMARK_MODELS.get(folder.benchmark)
-    if model is None and args.params is None and args.gradient_bytes is None:
+    model = args.model or folder.benchmark
+    params = args.params if args.params is not None else model_parameters(model)
+    if params is None and args.gradient_bytes is None:
         raise UsageError(f"no gradient size known for benchmark {folder.benchmark!r}: give --params or "
                          f"--gradient-bytes")
-    params = args.params if args.params is not None else MODEL_PARAMS.get(model)
     template = Scenario(
-        model=model or folder.benchmark, per_gpu_throughput=1.0, per_gpu_batch=1,
+        model=model, per_gpu_throughput=1.0, per_gpu_batch=1,
         gradient_bytes=args.gradient_bytes or gradient_bytes(params, args.fp16_gradients),
         busbw_gbps=args.busbw if args.busbw is not None else FROM_RESULTS_BUSBW_GBPS,
         nvlink_busbw_gbps=args.nvlink_busbw, gpus_per_node=args.gpus_per_node or folder.gpus_per_node or 8,

@@ -52,51 +52,25 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from suite.common import benchmarks
+
 GB = 1e9
 
-# ResNet-50 v1.5 trainable parameters, as models/resnet50 builds it (tests/test_resnet_model.py).
-RESNET50_PARAMS = 25_557_032
 
-# BERT-large (google-research/bert bert_config.json, the MLPerf reference's vocabulary).
-BERT_LARGE = {"hidden": 1024, "layers": 24, "intermediate": 4096, "vocab": 30522, "positions": 512,
-              "token_types": 2}
-
-
-def bert_parameter_count(hidden, layers, intermediate, vocab, positions, token_types, heads=True):
-    """Trainable parameters of BERT (BertForPreTraining with `heads`), from its configuration.
-
-    For BERT-large (h 1024, 24 layers, intermediate 4096, vocab 30522, 512 positions, 2 types):
-      embeddings   30522*1024 + 512*1024 + 2*1024 + LayerNorm 2*1024     =  31,782,912
-      per layer    Q, K, V, output: 4 * (1024*1024 + 1024)                =   4,198,400
-                   LayerNorm after attention: 2*1024                     =       2,048
-                   intermediate 1024*4096 + 4096, output 4096*1024 + 1024 =   8,393,728
-                   LayerNorm after the feed-forward: 2*1024              =       2,048
-                   together 12,596,224; times 24                         = 302,309,376
-      pooler       1024*1024 + 1024                                      =   1,049,600
-      encoder total                                                      = 335,141,888
-      MLM head     transform 1024*1024 + 1024, LayerNorm 2*1024, output
-                   bias 30522 (the output weights are the tied word
-                   embeddings, counted once)                             =   1,082,170
-      NSP head     1024*2 + 2                                            =       2,050
-      total                                                              = 336,226,108
-    The often quoted "340M" is this figure rounded; the digest's 1.36 GB fp32 gradient uses it.
-    """
-    embeddings = (vocab + positions + token_types) * hidden + 2 * hidden
-    attention = 4 * (hidden * hidden + hidden) + 2 * hidden
-    feed_forward = (hidden * intermediate + intermediate) + (intermediate * hidden + hidden) + 2 * hidden
-    pooler = hidden * hidden + hidden
-    count = embeddings + layers * (attention + feed_forward) + pooler
-    if heads:
-        masked_lm = (hidden * hidden + hidden) + 2 * hidden + vocab
-        next_sentence = hidden * 2 + 2
-        count += masked_lm + next_sentence
-    return count
+def model_parameters(model):
+    """The trainable parameter count of a benchmark's full-size model, by its folder under models/
+    (resnet50) or MLPerf's name for it (resnet); None for a name no benchmark has."""
+    for benchmark in benchmarks.discovered().values():
+        if model in (benchmarks.folder(benchmark), benchmark.name):
+            return benchmark.parameter_count
+    return None
 
 
-BERT_LARGE_PARAMS = bert_parameter_count(**BERT_LARGE)
-MODEL_PARAMS = {"resnet50": RESNET50_PARAMS, "bert-large": BERT_LARGE_PARAMS}
-# The model of each MLPerf benchmark a results folder can hold.
-BENCHMARK_MODELS = {"resnet": "resnet50", "bert": "bert-large"}
+def model_names():
+    """The names --model takes: each benchmark's folder under models/."""
+    return sorted(benchmarks.folder(benchmark) for benchmark in benchmarks.discovered().values())
+
+
 # Measured busbw on one node of 8 A100 (nccl-tests, 10 GiB, digest §4).
 NVLINK_BUSBW_GBPS = 235.0
 
@@ -247,7 +221,7 @@ def project(scenario, gpus=(8, 16, 32)):
 
 def describe(scenario):
     """One sentence of the inputs, for the line above a table."""
-    params = MODEL_PARAMS.get(scenario.model)
+    params = model_parameters(scenario.model)
     width = {params * 2: " (fp16)", params * 4: " (fp32)"}.get(scenario.gradient_bytes, "") if params else ""
     if scenario.rate_table:
         table = ", ".join(f"{batch:g}: {rate:,.1f}" for batch, rate in sorted(scenario.rate_table))

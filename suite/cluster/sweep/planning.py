@@ -45,11 +45,9 @@ from dataclasses import dataclass, field
 
 from suite.cluster import hostfile, launch
 from suite.cluster.sweep import rates, rcp_check
-from suite.common import modelargs, profiles
+from suite.common import benchmarks, mlperf_rules, profiles
 from suite.common.profiles import ProfileError
 
-# Result files per benchmark folder that the MLPerf Training rules (and the package checker) ask for.
-REQUIRED_RUNS = {"resnet": 5, "bert": 10}
 # submission_status in the logs -> the system description's status (the values package checkers accept).
 STATUS = {"onprem": "Available on-premise", "cloud": "Available cloud", "preview": "Preview",
           "research": "Research, Development, or Internal (RDI)"}
@@ -154,8 +152,10 @@ def build_parser():
     what.add_argument("--preset-per-scale", metavar="NP=NAME,...",
                       help="the preset for each process count, e.g. 8=closed_8xA100_gbs3264,16=...")
     what.add_argument("--runs", type=_positive, help="runs per scale (default: what MLPerf requires for "
-                      "the benchmark: " + ", ".join(f"{k} {v}" for k, v in REQUIRED_RUNS.items()) + ")")
-    what.add_argument("--benchmark", help="MLPerf benchmark name (default: BENCHMARK of MODULE.presets)")
+                      "the benchmark: " + ", ".join(f"{b.name} {b.required_runs}"
+                                                    for b in benchmarks.discovered().values()) + ")")
+    what.add_argument("--benchmark", help="MLPerf benchmark name (default: the name in MODULE.presets's "
+                      "BENCHMARK)")
     how = parser.add_argument_group("how")
     how.add_argument("--profile", help="cluster profile name or YAML file")
     how.add_argument("--allreduce", action="store_true",
@@ -224,16 +224,16 @@ def plan_sweep(args, passthrough, model):
             raise SweepError(f"--{name} is required")
     _check_model(model)
     profile = profiles.load(args.profile)
-    model_presets = modelargs.presets_of(model[0])
-    benchmark = args.benchmark or getattr(model_presets, "BENCHMARK", None)
+    described = benchmarks.of_module(model[0])
+    benchmark = args.benchmark or (described.name if described else None)
     if not benchmark:
         raise SweepError(f"cannot tell the MLPerf benchmark of {model[0]} (no "
                          f"{model[0]}.presets.BENCHMARK); pass --benchmark NAME")
-    runs = args.runs or REQUIRED_RUNS.get(benchmark)
+    runs = args.runs or mlperf_rules.required_runs(benchmark)
     if not runs:
         raise SweepError(f"no required run count known for benchmark {benchmark!r}; pass --runs N")
     presets = _presets_by_np(args)
-    known = getattr(model_presets, "PRESETS", None)
+    known = described.presets if described else None
     prefix = args.system_prefix or profile.name
     scales = [_scale(np, path, presets, known, prefix, profile.gpus_per_node or None)
               for path, np in _scale_specs(args)]
@@ -389,7 +389,7 @@ def with_record(args, directory):
 
 def too_few_runs(benchmark, runs):
     """The warning for a sweep of fewer runs per scale than MLPerf requires, or None."""
-    required = REQUIRED_RUNS.get(benchmark)
+    required = mlperf_rules.required_runs(benchmark)
     if not required or runs >= required:
         return None
     return (f"warning: {runs} run(s) per scale, MLPerf requires {required} for {benchmark}: the olympic "

@@ -10,19 +10,19 @@ per-GPU rate table.
 import os
 
 from suite.cluster.sweep import rcp_check
-from suite.common import modelargs
+from suite.common import benchmarks
 
 RATES_JSON = "rates.json"
 
 
 def per_gpu_batches(sweep):
     """The distinct per-GPU batches of the sweep's scales, from each scale's resolved preset."""
-    presets = modelargs.presets_of(sweep.model[0])
-    if presets is None:
+    benchmark = benchmarks.of_module(sweep.model[0])
+    if benchmark is None:
         return []
     found = set()
     for scale in sweep.scales:
-        config = rcp_check.scale_config(sweep, scale, presets)
+        config = rcp_check.scale_config(sweep, scale, benchmark)
         found.add(config.global_batch_size // scale.np)
     return sorted(found)
 

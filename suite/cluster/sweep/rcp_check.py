@@ -1,24 +1,23 @@
 """The RCP pre-flight of a sweep, before any GPU hour is spent: per scale, the preset's global batch, the
 RCP that batch matches in mlperf-logging's tables (or that none does, and what follows), whether the
-learning rate, warmup and decay follow that RCP's hyperparameters, and the epochs (samples for BERT)
+learning rate, warmup and decay follow that RCP's hyperparameters, and the epochs (or samples)
 the reference runs took to converge there."""
 from suite.cluster import rcp
-from suite.common import modelargs
+from suite.common import benchmarks, modelargs
 from suite.common.config import ConfigError
+from suite.common.mlperf_rules import RULESET
 
-# The ruleset the suite's logs are written to (and checked against).
-RULESET = "2.1.0"
 SCHEDULE_WORDS = ("learning_rate", "warmup", "decay", "lr")
 
 
 def scale_lines(sweep, scale):
     """The scale's pre-flight lines; [] for a model with no presets."""
-    presets = modelargs.presets_of(sweep.model[0])
-    if presets is None:
+    benchmark = benchmarks.of_module(sweep.model[0])
+    if benchmark is None:
         return []
     head = f"RCP check, {scale.system} ({scale.np} processes, preset {scale.preset})"
     try:
-        config = scale_config(sweep, scale, presets)
+        config = scale_config(sweep, scale, benchmark)
     except ConfigError as err:
         return [f"{head}: the preset does not resolve: {err}"]
     batch = config.global_batch_size
@@ -37,12 +36,12 @@ def scale_lines(sweep, scale):
     lines = [f"{head}: global batch {batch} matches {where} (ruleset {RULESET}): expected {found.mean:,.1f} "
              f"{found.unit} to converge (reference mean; the RCP check accepts a submission mean from "
              f"{found.check_min_mean:,.1f})"]
-    lines.append(f"{head}: {_schedule(config, scale, presets, found)}")
+    lines.append(f"{head}: {_schedule(config, scale, benchmark, found)}")
     return lines
 
 
-def _schedule(config, scale, presets, found):
-    values_of = getattr(presets, "rcp_hyperparameters", None)
+def _schedule(config, scale, benchmark, found):
+    values_of = benchmark.rcp_hyperparameters
     if values_of is None:
         return "the model names no RCP hyperparameters to compare"
     if not found.hyperparameters:
@@ -58,9 +57,9 @@ def _schedule(config, scale, presets, found):
     return text
 
 
-def scale_config(sweep, scale, presets):
+def scale_config(sweep, scale, benchmark):
     """The config every run of the scale resolves (the model's args with the scale's preset)."""
-    _, args = modelargs.parse_model_args([*sweep.model, "--preset", scale.preset], presets)
+    _, args = modelargs.parse_model_args([*sweep.model, "--preset", scale.preset], benchmark)
     if not args.data_dir:
         args.data_dir = "/data"  # only the batch and the schedule are read; no data is opened
-    return modelargs.resolve_config(args, presets.CONFIG, presets.PRESETS)
+    return modelargs.resolve_config(args, benchmark)
