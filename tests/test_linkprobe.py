@@ -130,7 +130,7 @@ def test_the_verdict_survives_the_trip_through_the_environment():
     environ = linkprobe.environment_entry(record)
     assert linkprobe.from_environment(environ) == record
     assert linkprobe.from_environment({}) is None
-    assert linkprobe.from_environment({name: "not base64 json" for name in environ}) is None
+    assert linkprobe.from_environment({linkprobe.ENVIRONMENT_VARIABLE: "not base64 json"}) is None
 
 
 def test_the_agent_answers_when_started_the_way_the_launcher_starts_it():
