@@ -536,6 +536,6 @@ def agent_pids(marker):
                 line = handle.read().replace(b"\0", b" ")
         except OSError:
             continue
-        if b"suite.cluster.linkprobe" in line and marker in line and b"sh -c" not in line:
+        if b"suite.cluster.preflight_links" in line and marker in line and b"sh -c" not in line:
             found.append(int(entry))
     return found

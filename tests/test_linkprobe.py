@@ -3,8 +3,8 @@ import threading
 
 import pytest
 
-from suite.common import linkprobe
-from suite.common import linkverdict, profiles
+from conftest import REPO
+from suite.common import linkprobe, profiles
 
 HOSTS = ["a", "b", "c", "d"]
 
@@ -127,10 +127,19 @@ def test_an_unreachable_peer_is_an_error_within_the_connect_bound():
 
 def test_the_verdict_survives_the_trip_through_the_environment():
     record, _ = linkprobe.verdict(HOSTS, answers(5.0, slow="d"))
-    value = linkverdict.to_environment(record)
-    assert linkverdict.from_environment({linkverdict.VARIABLE: value}) == record
-    assert linkverdict.from_environment({}) is None
-    assert linkverdict.from_environment({linkverdict.VARIABLE: "not base64 json"}) is None
+    environ = linkprobe.environment_entry(record)
+    assert linkprobe.from_environment(environ) == record
+    assert linkprobe.from_environment({}) is None
+    assert linkprobe.from_environment({linkprobe.ENVIRONMENT_VARIABLE: "not base64 json"}) is None
+
+
+def test_the_agent_answers_when_started_the_way_the_launcher_starts_it():
+    # `python -m suite.cluster.preflight_links` from the launch's directory, as over SSH on each host
+    # (here `sh -c` for this machine's loopback name); one host, so no rounds, only the answer's trip.
+    from suite.cluster import preflight, preflight_links
+    answers, failures = preflight_links.probe_hosts(
+        ["localhost"], lambda host, argv: preflight.start_on(host, argv, REPO), port=0)
+    assert failures == {} and answers["localhost"]["host"] == "localhost", (answers, failures)
 
 
 @pytest.mark.parametrize("value, said", [("-1", "must be a positive number"),
@@ -142,7 +151,7 @@ def test_a_bad_expected_link_rate_is_named(value, said, tmp_path):
         profiles.load(str(path))
 
 
-# ---- the ranks' own probe, under a raw launcher (suite/train/links.py) ------------------------------
+# ---- the ranks' own probe, under a raw launcher (suite/train/linkprobe_by_ranks.py) ----------------
 
 class FakeWorld:
     def __init__(self, rank, host):
@@ -152,7 +161,7 @@ class FakeWorld:
 def ranks_probe(hosts_of_ranks, expected_gbits=None, **agent_bounds):
     """Every rank of a job whose rank r runs on hosts_of_ranks[r] (loopback names), one thread each,
     exchanging objects the way dist.allgather_object does: [(record, lines)] in rank order."""
-    from suite.train import links
+    from suite.train import linkprobe_by_ranks
     size = len(hosts_of_ranks)
     table = [{"rank": rank, "host": host} for rank, host in enumerate(hosts_of_ranks)]
     exchanges, barrier, results = {}, threading.Barrier(size), [None] * size
@@ -166,8 +175,8 @@ def ranks_probe(hosts_of_ranks, expected_gbits=None, **agent_bounds):
 
     def run(rank):
         rank_of[threading.get_ident()] = rank
-        results[rank] = links.probe(FakeWorld(rank, hosts_of_ranks[rank]), table, allgather_object,
-                                    expected_gbits, **agent_bounds)
+        results[rank] = linkprobe_by_ranks.probe(FakeWorld(rank, hosts_of_ranks[rank]), table,
+                                                 allgather_object, expected_gbits, **agent_bounds)
 
     threads = [threading.Thread(target=run, args=(rank,)) for rank in range(size)]
     for thread in threads:
@@ -188,12 +197,12 @@ def test_the_first_rank_of_each_host_probes_and_every_rank_gets_the_verdict():
 
 
 def test_a_host_no_peer_can_reach_is_named_and_require_links_stops():
-    from suite.train import links, network
+    from suite.train import linkprobe_by_ranks, network
     # A name that resolves nowhere: its peer cannot connect to it, whatever it sends itself.
     results = ranks_probe(["127.0.0.1", "no-such-host.invalid"], seconds=0.2, connect_seconds=1)
     record, lines = results[0]
     assert record["slow_hosts"] == ["no-such-host.invalid"]
     assert lines == ["host no-such-host.invalid: the link probe could not connect to it from 127.0.0.1"]
     with pytest.raises(network.NetworkError, match="^--require-links: host no-such-host.invalid: "):
-        links.check_required(lines)
-    links.check_required([])  # nothing named: the run goes on
+        linkprobe_by_ranks.check_required(lines)
+    linkprobe_by_ranks.check_required([])  # nothing named: the run goes on

@@ -13,10 +13,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from suite.cluster import hostfile, linkprobe, preflight, slurmcheck
+from suite.cluster import hostfile, preflight, preflight_links, slurmcheck
 from suite.cluster.hostfile import Host, HostfileError
-from suite.common import linkverdict, modelargs, profiles, runfiles
-from suite.common.linkprobe import measure as link_measure
+from suite.common import linkprobe, modelargs, profiles, runfiles
 from suite.common.config import ConfigError
 from suite.common.profiles import ProfileError
 
@@ -548,20 +547,10 @@ def check_hosts(plan, args, verbose):
     return check_links(plan, args, verbose) if len(plan.hosts) > 1 else 0
 
 
-def probe_links(plan, python):
-    """(the verdict for env.json, one line per named host) of the link probe of every host of the plan."""
-    names = [host.name for host in plan.hosts]
-    directory = os.getcwd()
-    expected = plan.profile.expected_link_gbits if plan.profile is not None else None
-    return link_measure(names, lambda: linkprobe.probe_hosts(
-        names, lambda host, argv: preflight.start_on(host, argv, directory), python=python),
-        expected, measured_by="launcher")
-
-
 def check_links(plan, args, verbose):
     """The link probe of every host against its ring neighbours; a named host warns, or stops the launch
     with --require-links. The verdict goes to the ranks, which keep it in env.json."""
-    links, lines = probe_links(plan, args.python)
+    links, lines = preflight_links.check_links(plan.hosts, python=args.python, profile=plan.profile)
     if verbose:
         for name, figures in links["hosts"].items():
             print(f"link {name}: " + ", ".join(
@@ -573,7 +562,7 @@ def check_links(plan, args, verbose):
         return 2
     for line in lines:
         print(f"warning: link probe: {line}", file=sys.stderr)
-    plan.env[linkverdict.VARIABLE] = linkverdict.to_environment(links)
+    plan.env.update(linkprobe.environment_entry(links))
     return 0
 
 

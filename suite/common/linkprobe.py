@@ -2,8 +2,8 @@
 
 The job-wide allreduce probe says how fast the job's network is; one slow link lowers it and it cannot
 say where. Here each host runs an agent, all at once: started over SSH by suite.cluster.launch before
-a launch (suite/cluster/linkprobe.py), or, under a raw horovodrun, mpirun or srun, by each host's
-first rank before run_start (suite/train/links.py). In each round every
+a launch (suite/cluster/preflight_links.py), or, under a raw horovodrun, mpirun or srun, by each host's
+first rank before run_start (suite/train/linkprobe_by_ranks.py). In each round every
 host sends to the host at a fixed offset along the ring for a fixed time while receiving from the
 host at the same offset behind it: offsets +1, -1 and +2 (its two neighbours and the host across),
 fewer where the ring is smaller. Why this and not every pair: all hosts run each round at once, so
@@ -26,7 +26,11 @@ both; a host whose transfers met a burst of load elsewhere on its cores (a neigh
 daemon) is not, and a probe that cries wolf teaches users to ignore it. A healthy cluster pays for the
 second pass only when a first one suspected a host; a host that gave no answer is named at once, so
 the bound on an unreachable or hung host does not double.
+
+The launcher hands its verdict to the ranks through their environment (environment_entry()), and
+rank 0 keeps it in env.json, as the ranks' own probe does.
 """
+import base64
 import json
 import socket
 import statistics
@@ -233,3 +237,24 @@ def _bar(host, slowest, expected_gbits):
         return None, None
     median = statistics.median(peers)
     return PEER_FRACTION * median, f"{100 * PEER_FRACTION:.0f}% of its peers' median {median:.3g} Gbit/s"
+
+
+# ---- the launcher's verdict, handed to the ranks through their environment ------------------------
+# horovodrun forwards the launcher's environment to every rank, and rank 0 keeps the verdict in
+# env.json beside the job's own allreduce probe. Base64, so that no launcher has to quote it on its way.
+
+ENVIRONMENT_VARIABLE = "SUITE_LINK_PROBE"
+
+
+def environment_entry(record):
+    """{variable: value} that hands the verdict `record` to the ranks, for a launch's environment."""
+    return {ENVIRONMENT_VARIABLE: base64.urlsafe_b64encode(
+        json.dumps(record, separators=(",", ":")).encode()).decode()}
+
+
+def from_environment(environ):
+    """The launcher's verdict, or None when it ran no link probe (or the value is not one of its own)."""
+    try:
+        return json.loads(base64.urlsafe_b64decode(environ[ENVIRONMENT_VARIABLE].encode()))
+    except (KeyError, ValueError):
+        return None

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
-from suite.common import linkverdict, timetotrain
+from suite.common import linkprobe, timetotrain
 from suite.common.config import to_dict
 from suite.common.profiles import Timeouts
 from suite.common.workload import Division
-from suite.train import attribution, dist, links, network, peers, rundir, signals, startup
+from suite.train import attribution, dist, linkprobe_by_ranks, network, peers, rundir, signals, startup
 from suite.train.loop import train
 from suite.train.mlperf import ABORTED, MLPerfLog
 
@@ -271,15 +271,15 @@ def _check_network(world, ranks, nccl_log, options):
 
 def _check_links(world, ranks, options, nodes):
     """Each host's link: the launcher's verdict when it probed them, else measured here across hosts."""
-    verdict = linkverdict.from_environment(os.environ)
+    verdict = linkprobe.from_environment(os.environ)
     if verdict is not None or nodes == 1:
         return verdict
     expected = options.profile.expected_link_gbits if options.profile is not None else None
-    record, lines = links.probe(world, ranks, dist.allgather_object, expected)
+    record, lines = linkprobe_by_ranks.probe(world, ranks, dist.allgather_object, expected)
     for line in lines:
         _warn(world, f"warning: link probe: {line}")
     if options.require_links:
-        links.check_required(lines)
+        linkprobe_by_ranks.check_required(lines)
     return record
 
 

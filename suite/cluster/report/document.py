@@ -7,12 +7,11 @@ import markdown
 from markdown.extensions import Extension
 
 from suite.cluster import scaling
-from suite.cluster.report import split_section
+from suite.cluster.report import links_section, split_section
 from suite.cluster.report.figures import (AGGREGATE, MIN_TIMED_STEPS, STEP_PARTS, allreduce_curves,
                                           efficiency_loss, scaling_rows, step_splits, stragglers,
                                           time_to_train)
 from suite.cluster.report.formats import fmt, pct, size, spread, step_range
-from suite.cluster.report.links import links_section
 from suite.cluster.report.projection import (banners, no_plateau, projection_rows, short_of_gradient,
                                              stops_short)
 from suite.cluster.report.published import PUBLISHED_RATIOS, REFERENCES
@@ -36,7 +35,7 @@ def build_document(data, threshold_pct, images, scaling_mode="auto", splits=()):
     doc += _attribution_section(data, images)
     doc += _straggler_section(data, threshold_pct, images)
     doc += _network_section(data)
-    doc += links_section(data)
+    doc += links_section.blocks(data)
     doc += _allreduce_section(data, images)
     doc += _projection_section(data, scaling_mode)
     doc += _reference_section(data)

@@ -79,7 +79,7 @@ class Scale:
     preset: str
     system: str
     launch_args: argparse.Namespace = field(repr=False, default=None)
-    # The link probe's verdict for the scale's hosts, handed to its runs (suite.common.linkverdict).
+    # The link probe's verdict for the scale's hosts, for its runs' environment (linkprobe.environment_entry).
     link_env: dict = field(repr=False, default_factory=dict)
 
     @property

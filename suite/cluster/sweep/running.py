@@ -6,11 +6,11 @@ import signal
 import sys
 import time
 
-from suite.cluster import guardian, launch, preflight
+from suite.cluster import guardian, launch, preflight, preflight_links
 from suite.cluster.sweep import rates, rcp_check, submission
 from suite.cluster.sweep.planning import (SweepError, allreduce_command, allreduce_json, model_command,
                                           result_path, run_dir, too_few_runs, with_record)
-from suite.common import linkverdict, results, runfiles
+from suite.common import linkprobe, results, runfiles
 
 MANIFEST = "sweep.json"
 
@@ -113,10 +113,10 @@ def _check_hosts(sweep, scale):
             if len(problems) > 1 else ""
         raise SweepError(f"scale {scale.system}: {problems[0]}{more}")
     if len(plan.hosts) > 1:
-        links, lines = launch.probe_links(plan, args.python)
+        links, lines = preflight_links.check_links(plan.hosts, python=args.python, profile=plan.profile)
         for line in lines:
             print(f"warning: link probe, scale {scale.system}: {line}", file=sys.stderr, flush=True)
-        scale.link_env = {linkverdict.VARIABLE: linkverdict.to_environment(links)}
+        scale.link_env = linkprobe.environment_entry(links)
 
 
 def _one_run(sweep, scale, index, manifest, say, counter):

@@ -1,14 +1,19 @@
-"""The link probe over SSH, for suite.cluster.launch: an agent on every host, started at once.
+"""Before a multi-host launch: every host's link, measured by an agent started over SSH on each host at once.
 
 The agents and the verdict are suite/common/linkprobe.py (the ranks run the same agents themselves
-under a raw launcher); this is the login node's part: `python -m suite.cluster.linkprobe` on each host.
+under a raw launcher, suite/train/linkprobe_by_ranks.py); this is the login node's part, beside the host
+check of suite/cluster/preflight.py: `python -m suite.cluster.preflight_links` on each host, its command
+line built (agent_command) and read (main) here.
 """
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 
-from suite.common.linkprobe import CONNECT_SECONDS, ROUND_SECONDS, agent, listen, offsets
+from suite.cluster.preflight import start_on
+from suite.common.linkprobe import CONNECT_SECONDS, ROUND_SECONDS, agent, listen, measure, offsets
 
 DEFAULT_PORT = 29517
 # What starts the agent's one line of answer on its standard output, over SSH.
@@ -16,8 +21,19 @@ MARK = "LINKS "
 
 
 def agent_command(python, hosts, index, port, seconds=ROUND_SECONDS, connect_seconds=CONNECT_SECONDS):
-    return [python, "-m", "suite.cluster.linkprobe", "--hosts", ",".join(hosts), "--index", str(index),
+    return [python, "-m", "suite.cluster.preflight_links", "--hosts", ",".join(hosts), "--index", str(index),
             "--port", str(port), "--seconds", str(seconds), "--connect-seconds", str(connect_seconds)]
+
+
+def check_links(hosts, python=sys.executable, directory=None, profile=None):
+    """(the verdict for env.json, one line per named host) for every host of a hostfile, each against
+    its ring peers; a second pass when the first suspects a host for its rate."""
+    names = [host.name for host in hosts]
+    directory = directory or os.getcwd()
+    expected = profile.expected_link_gbits if profile is not None else None
+    return measure(names, lambda: probe_hosts(names, lambda host, argv: start_on(host, argv, directory),
+                                              python=python),
+                   expected, measured_by="launcher")
 
 
 def probe_hosts(hosts, start, python=sys.executable, port=DEFAULT_PORT, seconds=ROUND_SECONDS,
@@ -26,7 +42,6 @@ def probe_hosts(hosts, start, python=sys.executable, port=DEFAULT_PORT, seconds=
 
     Returns (answers, failures) as verdict() takes them; an agent silent past the bound is killed.
     """
-    import subprocess
     bound = connect_seconds + len(offsets(len(hosts))) * seconds + 15
     jobs = {host: start(host, agent_command(python, hosts, index, port, seconds, connect_seconds))
             for index, host in enumerate(hosts)}

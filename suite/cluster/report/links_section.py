@@ -1,14 +1,15 @@
 """The report's section on each host's link: what the link probe measured before each run.
 
 suite.cluster.launch probes every host against its ring neighbours before a multi-host launch
-(suite/cluster/linkprobe.py); under a raw launcher the ranks run the same probe themselves
-(suite/train/links.py). Either way the verdict is in env.json (network.links). A host named there is
-named here, with its figures, so that a low scaling figure can be traced to one node.
+(suite/cluster/preflight_links.py); under a raw launcher the ranks run the same probe themselves
+(suite/train/linkprobe_by_ranks.py). Either way the verdict is in env.json (network.links). A host
+named there is named here, with its figures, so that a low scaling figure can be traced to one node.
 """
 from suite.cluster.report.formats import fmt
 
 
-def links_section(data):
+def blocks(data):
+    """The section's blocks: a table of every run's hosts, or none when no run probed its links."""
     rows = [row for scale in data.scales for run in scale.runs for row in _rows(scale, run)]
     if not rows:
         return []

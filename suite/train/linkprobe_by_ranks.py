@@ -1,7 +1,7 @@
 """Each host's link, measured by the ranks themselves before run_start when no launcher probed it.
 
 suite.cluster.launch probes every host's link over SSH before it launches and hands the verdict to
-the ranks (suite/common/linkverdict.py). A raw `horovodrun`, `mpirun` or `srun` has no such step, so
+the ranks through their environment. A raw `horovodrun`, `mpirun` or `srun` has no such step, so
 there the first rank of each host runs the same agent (suite/common/linkprobe.py): it listens on a
 free port, the ranks exchange the ports, every agent sends to its ring peers while the other ranks
 wait in the next exchange, and every rank gets the same verdict (and so runs a confirming second pass
