@@ -1,6 +1,7 @@
 """BERT settings and named presets: plain data, readable without TensorFlow (the login node's view)."""
 from dataclasses import dataclass
 
+from models.bert.published import PUBLISHED
 from models.bert.size import BERT_LARGE_SHAPE, parameter_count
 from suite.common.config import CommonConfig, Preset
 from suite.common.workload import Benchmark
@@ -139,4 +140,5 @@ BENCHMARK = Benchmark(
     default_preset=DEFAULT_PRESET, sample_unit="sequences",
     parameter_count=parameter_count(**BERT_LARGE_SHAPE),
     # MLPerf Training rules v2.1, "Benchmark Results": 10 runs for BERT; its RCPs count samples.
-    required_runs=10, converges_in="samples", rcp_hyperparameters=rcp_hyperparameters)
+    required_runs=10, converges_in="samples", rcp_hyperparameters=rcp_hyperparameters,
+    published=PUBLISHED)

@@ -1,6 +1,7 @@
 """ResNet-50 settings and named presets: plain data, readable without TensorFlow (the login node's view)."""
 from dataclasses import dataclass
 
+from models.resnet50.published import PUBLISHED, PUBLISHED_SCALING
 from suite.common.config import CommonConfig, Preset
 from suite.common.workload import Benchmark
 
@@ -147,4 +148,5 @@ BENCHMARK = Benchmark(
     name="resnet", module=__package__, title="ResNet-50 v1.5", config_cls=CONFIG, presets=PRESETS,
     default_preset=DEFAULT_PRESET, sample_unit="images", parameter_count=PARAMETER_COUNT,
     # MLPerf Training rules v2.1, "Benchmark Results": 5 runs for image classification.
-    required_runs=5, converges_in="epochs", rcp_hyperparameters=rcp_hyperparameters)
+    required_runs=5, converges_in="epochs", rcp_hyperparameters=rcp_hyperparameters,
+    published=PUBLISHED, published_scaling=PUBLISHED_SCALING)

@@ -9,6 +9,28 @@ CONVERGENCE_UNITS = ("epochs", "samples")
 
 
 @dataclass(frozen=True)
+class PublishedResult:
+    """A published time to train of a benchmark, never measured here; `source` cites it with a link."""
+
+    system: str
+    gpus: int
+    nodes: int
+    minutes: float
+    source: str
+    runs_ms: tuple = ()
+    """run_stop - run_start of each published log, when the source lists its runs."""
+
+
+@dataclass(frozen=True)
+class PublishedScaling:
+    """Two published results of one system at two scales: their time-to-train ratio is published scaling."""
+
+    label: str
+    smaller: PublishedResult
+    larger: PublishedResult
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """A benchmark as the whole suite sees it, plain data: each models/<name>/presets.py exports one
     as BENCHMARK, and suite.common.benchmarks finds them by looking in models/.
@@ -35,6 +57,9 @@ class Benchmark:
     converges_in: str = "epochs"
     """What its RCPs count to converge: epochs, or samples (BERT)."""
     rcp_hyperparameters: Callable = None
+    published: tuple = ()
+    """PublishedResults the report shows beside its own (models/<name>/published.py)."""
+    published_scaling: tuple = ()
 
     def __post_init__(self):
         if self.converges_in not in CONVERGENCE_UNITS:

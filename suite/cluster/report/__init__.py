@@ -4,7 +4,7 @@ scaling, stragglers, allreduce.
 sweep_folder.py    reads a sweep folder: each scale's MLPerf logs and its runs' records
 figures.py         the measured figures: time to train, throughput, scaling, stragglers, step splits
 projection.py      the projection beside them, and the banners on what the figures are unfit for
-published.py       published times to train, shown for reference
+published.py       published times to train (models/<name>/published.py), shown for reference
 splits.py          each scale's time-to-train split (the sweep's and --compare folders'), factored
 split_section.py   the split's table, factors and plot in the document, and report.json
 links_section.py   the table of each host's link, as the link probe measured it before each run

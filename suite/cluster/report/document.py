@@ -14,7 +14,7 @@ from suite.cluster.report.figures import (AGGREGATE, MIN_TIMED_STEPS, STEP_PARTS
 from suite.cluster.report.formats import fmt, pct, size, spread, step_range
 from suite.cluster.report.projection import (banners, no_plateau, projection_rows, short_of_gradient,
                                              stops_short)
-from suite.cluster.report.published import PUBLISHED_RATIOS, REFERENCES
+from suite.cluster.report import published
 
 
 def build_document(data, threshold_pct, images, scaling_mode="auto", splits=()):
@@ -303,14 +303,11 @@ def _plateau_text(link, scale, plateau, gradient_bytes):
 def _reference_section(data):
     header = ["benchmark", "published system", "GPUs", "nodes", "time to train (min)",
               "runs (min, run_stop − run_start)", "source"]
-    rows = [[r.benchmark, r.system, str(r.gpus), str(r.nodes), f"{r.minutes:g}", _published_runs(r), r.source]
-            for r in REFERENCES]
+    rows = [[name, r.system, str(r.gpus), str(r.nodes), f"{r.minutes:g}", _published_runs(r), r.source]
+            for name, r in published.references()]
     ratio_header = ["published pair", "GPUs", "time-to-train ratio", "efficiency (ratio / GPU factor)",
                     "source"]
-    ratios = [[label, f"{small.gpus} → {large.gpus}",
-               f"{small.minutes:g} / {large.minutes:g} = {small.minutes / large.minutes:.2f}x",
-               pct(small.minutes / large.minutes * small.gpus / large.gpus), large.source]
-              for label, small, large in PUBLISHED_RATIOS]
+    ratios = [_published_ratio(pair) for pair in published.scaling_pairs()]
     return [("h2", "Published results (reference, not measured here)"),
             ("p", f"Reference rows for the benchmarks this suite runs; this sweep ran {data.benchmark}. "
                   f"A row that lists its runs gives each run's time to 4 decimals; its time to train is "
@@ -319,6 +316,13 @@ def _reference_section(data):
             ("p", "Published scaling is a ratio of times to train on GPUs, a different experiment from this "
                   "sweep's throughput: it stays in its own table, off the measured plots."),
             ("table", ratio_header, ratios)]
+
+
+def _published_ratio(pair):
+    small, large = pair.smaller, pair.larger
+    return [pair.label, f"{small.gpus} → {large.gpus}",
+            f"{small.minutes:g} / {large.minutes:g} = {small.minutes / large.minutes:.2f}x",
+            pct(small.minutes / large.minutes * small.gpus / large.gpus), large.source]
 
 
 def _published_runs(reference):

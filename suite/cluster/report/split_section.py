@@ -11,9 +11,9 @@ INTRO = (
     "converge is the one dropped). Its time to train splits into training (inside block_start → "
     "block_stop, or the epochs, less the evaluations inside them), evaluation (eval_start → eval_stop) "
     "and the rest (start-up after run_start, gaps); means over the runs the olympic mean keeps, so the "
-    "three add up to it. The target is the epochs (samples for BERT) at the last evaluation; training "
-    "samples/s is the target samples over the training time. Rows from --compare folders are "
-    "published (or earlier) results, not measured here.")
+    "three add up to it. The target is the epochs (or samples, where the RCPs count samples) at the last "
+    "evaluation; training samples/s is the target samples over the training time. Rows from --compare "
+    "folders are published (or earlier) results, not measured here.")
 FACTORS = (
     "Between two scales of one source, the speed-up in time to train factors exactly: throughput speed-up "
     "(training samples/s, larger over smaller) × convergence ratio (target samples, smaller over larger: "
