@@ -104,6 +104,8 @@ def test_launch_and_sweep_plan_it_dry(root):
     assert plan.returncode == 0, plan.stderr
     scales = [line for line in plan.stdout.splitlines() if line.startswith("# scale")]
     assert len(scales) == 2 and all(line.endswith("preset tiny_cpu, 3 runs") for line in scales)
+    # Its RCP pre-flight says plainly that MLPerf has no reference for it, and goes on.
+    assert "mlperf-logging has no RCP table for benchmark tiny_mlp under ruleset 2.1.0" in plan.stdout
 
 
 @pytest.mark.parametrize("kind, where", [

@@ -60,7 +60,10 @@ def checker(benchmark, ruleset):
     """mlperf-logging's RCP_Checker for this benchmark and ruleset (statistics computed, records pruned)."""
     try:
         return rcp_checker.RCP_Checker(USAGE, ruleset, benchmark, verbose=False)
-    except Exception as err:  # a bare Exception for an unknown ruleset, KeyError for an unknown benchmark
+    except KeyError:  # a benchmark mlperf-logging has no RCPs for (one of the suite's own, say)
+        raise ValueError(f"mlperf-logging has no RCP table for benchmark {benchmark} under ruleset "
+                         f"{ruleset}") from None
+    except Exception as err:  # a bare Exception for an unknown ruleset
         raise ValueError(f"no RCP table for {benchmark} under ruleset {ruleset}: {err}") from None
 
 
