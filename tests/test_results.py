@@ -1,22 +1,6 @@
-"""suite.common.results: the olympic mean and one MLPerf log read."""
-import pytest
-
+"""suite.common.results: one MLPerf log read."""
 from suite.common import results
 from test_report import BENCH, log_text
-
-
-def test_olympic_mean():
-    assert results.olympic_mean([1.0, 2.0, 3.0, 4.0, 5.0]) == 3.0
-    assert results.olympic_mean([10.0, 1.0, 2.0, 3.0, 100.0]) == 5.0
-    # A non-converged run counts as infinitely slow: it is the one dropped, not the slowest time.
-    assert results.olympic_mean([1.0, 2.0, 3.0, 4.0, 5.0], [False, True, True, True, True]) == 4.0
-    assert results.olympic_mean([1.0, 2.0, 3.0, 4.0, 5.0], [True, True, True, True, False]) == 3.0
-    # Two non-converged runs leave the scale unscored; so do fewer than three runs.
-    assert results.olympic_mean([1.0, 2.0, 3.0, 4.0, 5.0], [False, True, True, True, False]) is None
-    assert results.olympic_mean([1.0, 2.0]) is None
-    assert results.olympic_mean([]) is None
-    with pytest.raises(ValueError):
-        results.olympic_mean([1.0, 2.0, 3.0], [True])
 
 
 def test_read_run(tmp_path):

@@ -11,7 +11,6 @@ from mlperf_logging.result_summarizer import result_summarizer
 
 from made_logs import line, run_lines, write_folder
 from published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
-from suite.cluster import results_folder
 from suite.common.results import LogError
 from suite.cluster.results_folder import FolderError, read_folder
 
@@ -150,7 +149,7 @@ def test_a_scale_with_no_converged_run(tmp_path):
     read = read_folder(write_folder(tmp_path, [run_lines(status="aborted")] * 3))
     assert read.olympic_minutes is None
     with pytest.raises(FolderError) as error:
-        results_folder.converged_runs(read)
+        read.converged_runs()
     assert one_line(error) == f"{read.path}: no converged run (no run_stop with status success in its 3 logs)"
 
 

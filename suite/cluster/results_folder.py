@@ -30,13 +30,10 @@ from dataclasses import dataclass
 
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from suite.common import results, timetotrain
+from suite.common import mlperf_rules, results
 from suite.common.results import LogError
 
-DEFAULT_RULESET = "2.1.0"
 USAGE = "training"
-# result_summarizer's max_dropped_scores: how many runs go at each end of the olympic mean.
-DROPPED_AT_EACH_END = {"unet3d": 4}
 
 
 class FolderError(LogError):
@@ -69,19 +66,35 @@ class ResultsFolder:
         return run.converged
 
     @property
+    def olympic_runs(self):
+        """The runs result_summarizer's olympic mean averages, fastest first; None when too many runs
+        were dropped to score."""
+        minutes, scored = [run.minutes for run in self.runs], [self.counted(run) for run in self.runs]
+        kept = mlperf_rules.olympic_kept(minutes, scored, mlperf_rules.olympic_drop(self.benchmark))
+        return None if kept is None else tuple(self.runs[i] for i in kept)
+
+    @property
     def olympic_minutes(self):
         """The score: result_summarizer's olympic mean of the minutes, times the scaling factor; None
         when too many runs were dropped to score."""
-        mean = results.olympic_mean([run.minutes for run in self.runs], [self.counted(r) for r in self.runs],
-                                    drop=DROPPED_AT_EACH_END.get(self.benchmark, 1))
-        return None if mean is None else mean * self.scaling_factor
+        kept = self.olympic_runs
+        return None if kept is None else sum(run.minutes for run in kept) / len(kept) * self.scaling_factor
+
+    def converged_runs(self):
+        """The converged runs; FolderError when there is none (nothing to take a time to train from)."""
+        found = [run for run in self.runs if run.converged]
+        if not found:
+            raise FolderError(f"{self.path}: no converged run (no run_stop with status success in its "
+                              f"{len(self.runs)} logs)")
+        return found
 
 
-def read_folder(folder, ruleset=DEFAULT_RULESET, gpus=None, compliance=False):
+def read_folder(folder, ruleset=mlperf_rules.RULESET, gpus=None, compliance=False, benchmark=None):
     """The ResultsFolder at `folder`; FolderError (or LogError for one log) with one line otherwise.
 
     gpus: the GPU count when the folder has no system description (it wins over one).
     compliance: run the installed compliance checker on every log, as result_summarizer does.
+    benchmark: the MLPerf benchmark its logs must be of, when the caller knows it.
     """
     if ruleset not in mlp_compliance.rule_choices():
         raise ValueError(f"unknown ruleset {ruleset!r}: the installed mlperf-logging has "
@@ -92,7 +105,8 @@ def read_folder(folder, ruleset=DEFAULT_RULESET, gpus=None, compliance=False):
     paths = results.result_files(folder)
     if not paths:
         raise FolderError(f"{folder}: not an MLPerf results folder (no result_<i>.txt in it)")
-    runs = tuple(results.run_from_events(path, results.parsed_events(path, ruleset)) for path in paths)
+    runs = tuple(results.run_from_events(path, results.parsed_events(path, ruleset), benchmark)
+                 for path in paths)
     _check_alike(folder, runs)
     system = os.path.basename(os.path.dirname(folder))
     try:
@@ -107,14 +121,6 @@ def read_folder(folder, ruleset=DEFAULT_RULESET, gpus=None, compliance=False):
     return ResultsFolder(path=folder, system=system, benchmark=runs[0].benchmark, ruleset=ruleset, runs=runs,
                          gpus=gpus if gpus is not None else found_gpus, gpus_per_node=per_node,
                          scaling_factor=_scaling_factor(folder), checked=compliance, rejected=rejected)
-
-
-def converged_runs(folder):
-    """The converged runs; FolderError when there is none (nothing to take a time to train from)."""
-    try:
-        return timetotrain.converged_runs(folder.path, folder.runs)
-    except LogError as err:
-        raise FolderError(str(err)) from None
 
 
 def system_description_path(folder, system):

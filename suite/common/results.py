@@ -1,10 +1,12 @@
-"""MLPerf result logs read back: events, time to train (run_stop - run_start) and the olympic mean."""
+"""MLPerf result logs read back: a run's events and time to train (run_stop - run_start), and the logs of a
+benchmark folder (the olympic mean over them is suite.common.mlperf_rules')."""
 import json
-import math
 import os
 from dataclasses import dataclass, field
 
 from mlperf_logging.compliance_checker import mlp_parser
+
+from suite.common.mlperf_rules import RULESET
 
 MARKER = ":::MLLOG "
 SUCCESS = "success"
@@ -26,7 +28,7 @@ class RunLog:
     run_stop_ms: int
     global_batch_size: int = None
     accuracies: list = field(default_factory=list)  # (epoch_num, accuracy) in log order
-    events: tuple = field(default=(), repr=False, compare=False)  # (number, event) as read, for timetotrain
+    events: tuple = field(default=(), repr=False, compare=False)  # (number, event) as read, to split its time
 
     @property
     def minutes(self):
@@ -68,7 +70,7 @@ def has_run_stop(path):
         return False
 
 
-def parsed_events(path, ruleset="2.1.0"):
+def parsed_events(path, ruleset=RULESET):
     """(MLLOG line number, event dict) for every MLPerf line, read by mlperf_logging's own parser.
 
     Its parser takes the line from ':::MLLOG' on, so a rank prefix ("0: ") or other output before
@@ -140,24 +142,6 @@ def run_from_events(path, found, benchmark=None):
 
 def _value(first, key):
     return first[key][1].get("value") if key in first else None
-
-
-def olympic_mean(minutes, converged=None, drop=1):
-    """MLPerf's olympic mean: drop the fastest and the slowest run, average the rest.
-
-    A run that did not converge counts as infinitely slow (MLPerf Training rules), so it is the
-    one dropped as slowest; with two or more such runs the mean is None (not scored). Fewer
-    than three runs leave nothing to average: None. `drop` runs go at each end instead of one
-    (result_summarizer drops 4 for unet3d), and as many runs may then fail to converge.
-    """
-    converged = [True] * len(minutes) if converged is None else list(converged)
-    if len(converged) != len(minutes):
-        raise ValueError("minutes and converged differ in length")
-    scores = sorted(m if ok else math.inf for m, ok in zip(minutes, converged))
-    kept = scores[drop:len(scores) - drop]
-    if not kept or math.inf in kept:
-        return None
-    return sum(kept) / len(kept)
 
 
 def result_files(folder):

@@ -15,12 +15,12 @@ counts once; all are clipped to run_start..run_stop.
   train_samples, or the samples themselves;
 - samples/s: target samples / training time, the rate the log's own timestamps imply.
 
-Per scale (summarize): means over the runs the olympic score keeps (sorted by time, a run that
-did not converge counted as the slowest, the fastest and slowest dropped), so the three times
-add up to the olympic mean; without an olympic score (fewer than three runs, or two that did not
-converge), means over the converged runs, and `aggregate` says which. The samples/s of a scale
-is its mean target samples over its mean training time, the training share its mean training
-time over its mean time to train. Medians over the converged runs are given beside them.
+Per scale (summarize): means over the runs the olympic score keeps (the results folder's
+olympic_runs, suite.common.mlperf_rules.olympic_kept), so the three times add up to the olympic
+mean; without an olympic score (fewer than three runs, or two that did not converge), means over
+the converged runs, and `aggregate` says which. The samples/s of a scale is its mean target
+samples over its mean training time, the training share its mean training time over its mean
+time to train. Medians over the converged runs are given beside them.
 
 Between two scales (factor_speedup), exactly:
     minutes = target samples / samples/s / training share          (the definitions above)
@@ -150,24 +150,16 @@ class ScaleSummary:
         }
 
 
-def converged_runs(path, runs):
-    """The converged runs of a folder's results.RunLogs; LogError naming `path` when there is none
-    (nothing to take a time to train from)."""
-    found = [run for run in runs if run.converged]
-    if not found:
-        raise LogError(f"{path}: no converged run (no run_stop with status success in its {len(runs)} logs)")
-    return found
-
-
 def summarize(folder):
     """The ScaleSummary of a results_folder.ResultsFolder; LogError when no run converged."""
-    converged_runs(folder.path, folder.runs)
+    folder.converged_runs()
     splits = tuple(split_run(run) for run in folder.runs)
-    converged = [s for s in splits if s.converged]
-    ranked = sorted(splits, key=lambda s: s.minutes if s.converged else math.inf)
-    kept, aggregate = ranked[1:-1], "olympic"
-    if not kept or not all(s.converged for s in kept):
-        kept, aggregate = converged, "mean of converged runs"
+    olympic = folder.olympic_runs
+    if olympic is not None:
+        of_path = {split.path: split for split in splits}
+        kept, aggregate = [of_path[run.path] for run in olympic], "olympic"
+    else:
+        kept, aggregate = [s for s in splits if s.converged], "mean of converged runs"
     training = statistics.fmean(s.training_minutes for s in kept)
     samples = statistics.fmean(s.target_samples for s in kept)
     epochs = [s.target_epochs for s in kept]

@@ -2,7 +2,7 @@
 import statistics
 from dataclasses import dataclass
 
-from suite.common import results
+from suite.common import mlperf_rules
 
 # The aggregate of several runs' throughput and step times, everywhere in the report: robust to
 # the one run that shared the machine with something else.
@@ -24,8 +24,8 @@ def time_to_train(scale):
     converged = [run.log.converged for run in scale.runs]
     return {
         "runs": len(minutes), "planned": scale.planned, "converged": sum(converged),
-        "olympic": results.olympic_mean(minutes, converged),
-        "olympic_all": results.olympic_mean(minutes),
+        "olympic": mlperf_rules.olympic_mean(minutes, converged),
+        "olympic_all": mlperf_rules.olympic_mean(minutes),
         "min": min(minutes) if minutes else None, "max": max(minutes) if minutes else None,
     }
 

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 
 from suite.cluster import rcp, results_folder
 from suite.cluster.report.sweep_folder import MANIFEST, ReportError, load_sweep, results_dir
-from suite.common import timetotrain
+from suite.common import mlperf_rules, timetotrain
 from suite.common.results import LogError
 
 THIS_SWEEP = "this sweep"
 # A folder from an MLCommons results repository names its round; its logs follow that round's rules.
 ROUND = re.compile(r"training_results_v(\d+)\.(\d+)")
-DEFAULT_RULESET = results_folder.DEFAULT_RULESET
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ def sweep_scales(data, source=THIS_SWEEP):
         if not scale.runs:
             continue
         logs = results_dir(data.folder, data.submitter, scale.system, data.benchmark)
-        folder = _read(logs, DEFAULT_RULESET, gpus=scale.np)
+        folder = _read(logs, mlperf_rules.RULESET, gpus=scale.np)
         try:
             summary, problem = timetotrain.summarize(folder), None
         except LogError as err:
@@ -94,9 +93,9 @@ def compare_scales(dirs):
 
 def ruleset_of(path):
     """The ruleset of a folder from an MLCommons results repository (training_results_vX.Y), else the
-    default."""
+    suite's own."""
     match = ROUND.search(os.path.abspath(path))
-    return f"{match.group(1)}.{match.group(2)}.0" if match else DEFAULT_RULESET
+    return f"{match.group(1)}.{match.group(2)}.0" if match else mlperf_rules.RULESET
 
 
 def speedups(scales):

@@ -10,7 +10,7 @@ from suite.cluster.scaling.model import (NVLINK_BUSBW_GBPS, Scenario, beside_mea
                                          project)
 from suite.cluster.scaling.time_to_train import (compute_rate, format_time_to_train, measured_scale,
                                                  project_time_to_train, scenario_for)
-from suite.common import timetotrain
+from suite.common import mlperf_rules, timetotrain
 
 
 class UsageError(ValueError):
@@ -70,9 +70,9 @@ def build_parser():
                                "scale's or a published one) to project the time to train from")
     measured.add_argument("--source-gpus", type=int,
                           help="GPUs of that folder's runs (default: its systems/<system>.json)")
-    measured.add_argument("--ruleset", default="2.1.0",
+    measured.add_argument("--ruleset", default=mlperf_rules.RULESET,
                           help="MLPerf Training ruleset whose RCP tables give the epochs or samples to "
-                               "target (default 2.1.0)")
+                               f"target (default {mlperf_rules.RULESET})")
     measured.add_argument("--per-gpu-rate", metavar="BATCH=SAMPLES_PER_SECOND", nargs="+", default=[],
                           help="more measured points of one GPU's samples/s without communication, by "
                                "per-GPU batch, interpolated between (strong scaling shrinks the per-GPU "
