@@ -66,7 +66,9 @@ def test_the_list_of_login_node_modules_is_complete():
     names = login_node_modules()
     for module in ("suite.cluster.launch", "suite.cluster.sweep", "suite.cluster.report",
                    "suite.cluster.deploy", "suite.cluster.scaling", "suite.common.results",
-                   "suite.cluster.hostfile", "suite.cluster.results_folder", "suite.common.timetotrain",
+                   "suite.cluster.hostfile", "suite.cluster.results_folder",
+                   "suite.cluster.measured_time_to_train", "suite.common.time_to_train_split",
+                   "suite.common.mlperf_rules",
                    "suite.cluster.rcp", "suite.common.profiles", "suite.common.busbw",
                    "suite.common.runfiles", "suite.common.config",
                    *(f"suite.cluster.sweep.{name}" for name in ("planning", "running", "submission", "cli")),

@@ -9,7 +9,7 @@ import pytest
 from made_logs import run_lines, write_folder
 from published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
 from suite.cluster import rcp, report
-from suite.common import timetotrain
+from suite.cluster.measured_time_to_train import summarize
 from suite.cluster.results_folder import read_folder
 from test_report import SUBMITTER, make_sweep, one_line_error, report_cli, snapshot, table_with
 from test_results_folder import summarizer_arithmetic
@@ -52,7 +52,7 @@ def test_report_json_factors_each_pair_and_they_multiply_to_the_measured_ratio(c
     for small, large in ((DELL_8, DELL_32), (BERT_8, BERT_64)):
         pair = pairs[(small[2], large[2])]
         a, b = (read_folder(f, r).olympic_minutes for f, r, _ in (small, large))
-        mean_a, mean_b = (timetotrain.summarize(read_folder(f, r)).minutes for f, r, _ in (small, large))
+        mean_a, mean_b = (summarize(read_folder(f, r)).minutes for f, r, _ in (small, large))
         assert mean_a == pytest.approx(a) and mean_b == pytest.approx(b)
         assert pair["measured_speedup"] == pytest.approx(a / b)
         assert pair["factors_product"] == pytest.approx(pair["measured_speedup"], rel=1e-12)

@@ -10,7 +10,7 @@ from conftest import run
 from made_logs import run_lines, write_folder
 from published import BERT_8, BERT_64, DELL_8, DELL_32
 from suite.cluster import scaling
-from suite.common import timetotrain
+from suite.cluster import measured_time_to_train
 from suite.cluster.results_folder import read_folder
 from suite.cluster.scaling import Scenario
 
@@ -27,7 +27,7 @@ def template(**changes):
 def projected(folder, ruleset, gpus, batch):
     """The projection the command line makes: the benchmark's fp32 gradient, its system's GPUs per node."""
     read = read_folder(folder, ruleset)
-    measured = scaling.measured_scale(timetotrain.summarize(read), read.gpus)
+    measured = scaling.measured_scale(measured_time_to_train.summarize(read), read.gpus)
     model = read.benchmark
     base = template(model=model, gradient_bytes=scaling.gradient_bytes(scaling.model_parameters(model)),
                     gpus_per_node=read.gpus_per_node)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
-from suite.common import linkprobe, timetotrain
+from suite.common import linkprobe, time_to_train_split
 from suite.common.config import to_dict
 from suite.common.profiles import Timeouts
 from suite.common.workload import Division
@@ -156,7 +156,7 @@ def _run(spec, config, preset, run_dir, state, options):
         summary.update(gradient_record(job.model, config.fp16_allreduce))
         summary["attribution"] = attribution.summarize(outcome.window, per_rank, world.size)
         # run_stop is in the log by now: where this run's time to train went, from its own events.
-        summary["time_to_train"] = timetotrain.run_record(log.path, job.benchmark)
+        summary["time_to_train"] = time_to_train_split.run_record(log.path, job.benchmark)
         rundir.write_json(os.path.join(run_dir, "summary.json"), summary)
         say(f"run {outcome.status}: accuracy {outcome.accuracy:.4f} after {outcome.steps} steps, "
             f"{outcome.train_seconds / 60:.2f} min from run_start to run_stop")

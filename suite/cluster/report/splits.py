@@ -1,8 +1,8 @@
 """Time to train split per scale, for the sweep's scales and the folders given with --compare.
 
 Each scale is read as an MLPerf results folder (suite.cluster.results_folder, scored as
-result_summarizer scores it) and split by suite.common.timetotrain into training, evaluation and
-the rest; two scales of one source (one sweep, one submitter's results) are factored, the smaller
+result_summarizer scores it) and split by suite.cluster.measured_time_to_train into training, evaluation
+and the rest; two scales of one source (one sweep, one submitter's results) are factored, the smaller
 against the next larger: speed-up = throughput x convergence x evaluation and overhead, exactly.
 """
 import os
@@ -10,8 +10,9 @@ import re
 from dataclasses import dataclass
 
 from suite.cluster import rcp, results_folder
+from suite.cluster.measured_time_to_train import ScaleSummary, factor_speedup, summarize
 from suite.cluster.report.sweep_folder import MANIFEST, ReportError, load_sweep, results_dir
-from suite.common import mlperf_rules, timetotrain
+from suite.common import mlperf_rules
 from suite.common.results import LogError
 
 THIS_SWEEP = "this sweep"
@@ -27,7 +28,7 @@ class Scale:
     group: str  # scales of one group are factored against each other
     system: str
     folder: results_folder.ResultsFolder
-    summary: timetotrain.ScaleSummary
+    summary: ScaleSummary
     rcp: rcp.Rcp  # None for a benchmark or ruleset with no RCP table
     problem: str = None  # why summary is None
 
@@ -61,7 +62,7 @@ def sweep_scales(data, source=THIS_SWEEP):
         logs = results_dir(data.folder, data.submitter, scale.system, data.benchmark)
         folder = _read(logs, mlperf_rules.RULESET, gpus=scale.np)
         try:
-            summary, problem = timetotrain.summarize(folder), None
+            summary, problem = summarize(folder), None
         except LogError as err:
             summary, problem = None, str(err)
         found.append(Scale(source, f"sweep {os.path.abspath(data.folder)}", scale.system, folder, summary,
@@ -83,7 +84,7 @@ def compare_scales(dirs):
             raise ReportError(f"{path}: no GPU count (no {described} with number_of_nodes and "
                               f"accelerators_per_node)")
         try:
-            summary = timetotrain.summarize(folder)
+            summary = summarize(folder)
         except LogError as err:
             raise ReportError(f"{err} (--compare {path})") from None
         org = os.path.dirname(os.path.dirname(os.path.dirname(folder.path)))
@@ -108,7 +109,7 @@ def speedups(scales):
     for members in groups.values():
         members.sort(key=lambda s: (s.folder.gpus, s.folder.global_batch_size))
         for small, large in zip(members, members[1:]):
-            pairs.append((small, large, timetotrain.factor_speedup(small.summary, large.summary)))
+            pairs.append((small, large, factor_speedup(small.summary, large.summary)))
     return pairs
 
 
@@ -128,7 +129,7 @@ def batch_choices(scales):
                 if first.folder.global_batch_size == second.folder.global_batch_size:
                     continue
                 slower, faster = sorted((first, second), key=lambda s: -s.summary.minutes)
-                found.append((slower, faster, timetotrain.factor_speedup(slower.summary, faster.summary)))
+                found.append((slower, faster, factor_speedup(slower.summary, faster.summary)))
     return found
 
 

@@ -8,9 +8,10 @@ from dataclasses import asdict
 from suite.cluster.scaling.model import (NVLINK_BUSBW_GBPS, Scenario, beside_measured, format_beside_markdown,
                                          format_markdown, gradient_bytes, model_names, model_parameters,
                                          project)
-from suite.cluster.scaling.time_to_train import (compute_rate, format_time_to_train, measured_scale,
-                                                 project_time_to_train, scenario_for)
-from suite.common import mlperf_rules, timetotrain
+from suite.cluster import measured_time_to_train
+from suite.cluster.scaling.projected_time_to_train import (compute_rate, format_time_to_train, measured_scale,
+                                                           project_time_to_train, scenario_for)
+from suite.common import mlperf_rules
 
 
 class UsageError(ValueError):
@@ -166,7 +167,7 @@ def _from_results_main(args):
         raise ValueError(f"{folder.path}: its GPU count is unknown (no "
                          f"{results_folder.system_description_path(folder.path, folder.system)}): give "
                          f"--source-gpus")
-    measured = measured_scale(timetotrain.summarize(folder), folder.gpus)
+    measured = measured_scale(measured_time_to_train.summarize(folder), folder.gpus)
     model = args.model or folder.benchmark
     params = args.params if args.params is not None else model_parameters(model)
     if params is None and args.gradient_bytes is None:

@@ -42,7 +42,7 @@ GB/s with GB = 1e9, as nccl-tests and suite.train.allreduce report them.
     python -m suite.cluster.scaling --model resnet50 --per-gpu-throughput 2400 --per-gpu-batch 408 \
         --global-batch 3264 --busbw 185
 
-Time to train (time_to_train.py in this package): from a measured results folder, its throughput,
+Time to train (projected_time_to_train.py in this package): from a measured results folder, its throughput,
 evaluation time and GPU count, the RCP's epochs or samples to target at each global batch:
 
     python -m suite.cluster.scaling --from-results DIR --gpus 8 32 --global-batch 3264 13056 \

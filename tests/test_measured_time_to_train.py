@@ -1,4 +1,5 @@
-"""Time to train split from the log alone, per-scale summaries, and the speed-up factored exactly, on
+"""Time to train split from the log alone (suite.common.time_to_train_split), per-scale summaries
+(suite.cluster.measured_time_to_train), and the speed-up factored exactly, on
 hand-made logs and on the published pairs."""
 import json
 import math
@@ -7,14 +8,15 @@ import pytest
 
 from made_logs import run_lines, write_folder
 from published import DELL_8, DELL_32, PAIRS
-from suite.common import timetotrain
+from suite.cluster import measured_time_to_train
+from suite.common import time_to_train_split
 from suite.common.results import LogError
 from suite.cluster.results_folder import read_folder
 from test_results_folder import ranks_and_noise
 
 
 def split(tmp_path, lines, **folder):
-    return timetotrain.split_run(read_folder(write_folder(tmp_path, [lines], **folder)).runs[0])
+    return time_to_train_split.split_run(read_folder(write_folder(tmp_path, [lines], **folder)).runs[0])
 
 
 def test_a_run_split_by_hand(tmp_path):
@@ -67,7 +69,7 @@ def test_what_cannot_be_split_is_one_line(tmp_path):
 
 def scale(tmp_path, block_ms=(60_000, 61_000, 62_000, 63_000, 64_000), **changes):
     runs = [run_lines(block_ms=ms, **changes) for ms in block_ms]
-    return timetotrain.summarize(read_folder(write_folder(tmp_path, runs)))
+    return measured_time_to_train.summarize(read_folder(write_folder(tmp_path, runs)))
 
 
 def test_a_scale_is_summarized_over_the_runs_the_olympic_score_keeps(tmp_path):
@@ -102,7 +104,7 @@ def test_the_speed_up_factors_multiply_to_the_measured_ratio(tmp_path):
     small = scale(tmp_path / "small", epochs_per_block=4)
     faster = [ms / 3.5 * 1.25 for ms in (60_000, 61_000, 62_000, 63_000, 64_000)]
     large = scale(tmp_path / "large", block_ms=faster, epochs_per_block=5, eval_ms=1_250)
-    factors = timetotrain.factor_speedup(small, large)
+    factors = measured_time_to_train.factor_speedup(small, large)
     product = factors.throughput_speedup * factors.convergence_ratio * factors.evaluation_and_overhead_ratio
     assert product == pytest.approx(factors.measured_speedup, rel=1e-12)
     assert factors.throughput_speedup == pytest.approx(3.5)
@@ -112,8 +114,9 @@ def test_the_speed_up_factors_multiply_to_the_measured_ratio(tmp_path):
 
 @pytest.mark.parametrize("small, large", PAIRS, ids=["resnet-dell", "bert-nvidia"])
 def test_the_published_pairs_factor_exactly(small, large):
-    a, b = (timetotrain.summarize(read_folder(folder, ruleset)) for folder, ruleset, _ in (small, large))
-    factors = timetotrain.factor_speedup(a, b)
+    a, b = (measured_time_to_train.summarize(read_folder(folder, ruleset))
+            for folder, ruleset, _ in (small, large))
+    factors = measured_time_to_train.factor_speedup(a, b)
     product = factors.throughput_speedup * factors.convergence_ratio * factors.evaluation_and_overhead_ratio
     assert math.isclose(product, factors.measured_speedup, rel_tol=1e-12)
     assert factors.measured_speedup == pytest.approx(read_folder(small[0], small[1]).olympic_minutes
@@ -124,7 +127,7 @@ def test_the_published_pairs_factor_exactly(small, large):
 def test_dells_pair_computed_from_its_logs():
     # From the logs' own events (rounded as quoted): 35 and 45 epochs, 0.25 and 0.04 min of evaluation,
     # 3.88x the throughput on 4x the GPUs, 3.03x the time to train.
-    small, large = (timetotrain.summarize(read_folder(folder, ruleset))
+    small, large = (measured_time_to_train.summarize(read_folder(folder, ruleset))
                     for folder, ruleset, _ in (DELL_8, DELL_32))
     assert (small.global_batch_size, large.global_batch_size) == (3264, 13056)
     assert small.as_dict()["median_target_epochs"] == 35 and large.as_dict()["median_target_epochs"] == 45
@@ -133,7 +136,7 @@ def test_dells_pair_computed_from_its_logs():
     assert round(small.samples_per_second) == 23478 and round(large.samples_per_second) == 91183
     assert round(small.as_dict()["median_logged_samples_per_second"]) == 23499
     assert round(large.as_dict()["median_logged_samples_per_second"]) == 91405
-    factors = timetotrain.factor_speedup(small, large)
+    factors = measured_time_to_train.factor_speedup(small, large)
     assert round(factors.measured_speedup, 2) == 3.03
     assert round(factors.throughput_speedup, 2) == 3.88
     assert round(factors.convergence_ratio, 4) == round(35 / 45, 4)
@@ -141,6 +144,6 @@ def test_dells_pair_computed_from_its_logs():
 
 
 def test_the_evaluation_grid_of_a_scale(tmp_path):
-    assert timetotrain.evaluation_grid(scale(tmp_path)) == (4, 4)
-    dell = timetotrain.summarize(read_folder(*DELL_32[:2]))
-    assert timetotrain.evaluation_grid(dell) == (1, 4)  # Dell evaluated at epochs 1, 5, 9, ..., 45
+    assert measured_time_to_train.evaluation_grid(scale(tmp_path)) == (4, 4)
+    dell = measured_time_to_train.summarize(read_folder(*DELL_32[:2]))
+    assert measured_time_to_train.evaluation_grid(dell) == (1, 4)  # Dell evaluated at epochs 1, 5, 9, ..., 45

@@ -1,12 +1,13 @@
-"""The projected time to train: from one measured scale (a timetotrain.ScaleSummary), the RCP's epochs or
-samples at each global batch over the projected throughput, plus evaluations and the rest.
+"""The projected time to train: from one measured scale (a measured_time_to_train.ScaleSummary), the
+RCP's epochs or samples at each global batch over the projected throughput, plus evaluations and the
+rest.
 """
 import math
 from dataclasses import asdict, dataclass, replace
 
 from suite.cluster.scaling.model import (describe, fmt, gpus_label, link_for, markdown_table, project,
                                          ring_allreduce_seconds)
-from suite.common import timetotrain
+from suite.cluster import measured_time_to_train
 
 #
 # projected minutes(N, G) = target(G) x samples per target unit / throughput(N, G) / 60
@@ -37,7 +38,8 @@ def compute_rate(measured_per_gpu_rate, per_gpu_batch, gpus, scenario):
 
 @dataclass(frozen=True)
 class MeasuredScale:
-    """What a time-to-train projection takes from one measured scale (a timetotrain.ScaleSummary)."""
+    """What a time-to-train projection takes from one measured scale (a ScaleSummary of
+    suite.cluster.measured_time_to_train)."""
 
     folder: str
     benchmark: str
@@ -53,8 +55,8 @@ class MeasuredScale:
 
 
 def measured_scale(summary, gpus):
-    """The MeasuredScale of a timetotrain.ScaleSummary, at `gpus` GPUs."""
-    first, interval = timetotrain.evaluation_grid(summary)
+    """The MeasuredScale of a measured_time_to_train.ScaleSummary, at `gpus` GPUs."""
+    first, interval = measured_time_to_train.evaluation_grid(summary)
     epochs = summary.target_epochs
     return MeasuredScale(
         folder=summary.folder, benchmark=summary.benchmark, gpus=gpus,
