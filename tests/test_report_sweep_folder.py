@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from suite.cluster.report import sweep_folder
+from suite.cluster.report import cli, sweep_folder
+from suite.common import results
 from test_report import BENCH, SUBMITTER, TIMES, make_sweep, one_line_error, report_cli, system, write
 
 
@@ -34,10 +35,13 @@ def test_the_logs_of_a_system_read_without_a_sweep(tmp_path):
     folder = make_sweep(str(tmp_path / "sweep"))
     logs = sweep_folder.results_dir(folder, SUBMITTER, system(2), BENCH)
     assert logs == os.path.join(folder, SUBMITTER, "results", system(2), BENCH)
-    runs = sweep_folder.read_runs(logs, BENCH)
+    read = sweep_folder.read_results(logs, BENCH)
+    assert read.path == logs and read.benchmark == BENCH
+    runs = sweep_folder.read_runs(read)
     assert [run.log.minutes for run in runs] == TIMES[2]
     assert all(run.summary is None and run.config is None and run.env is None for run in runs)
-    assert sweep_folder.read_runs(str(tmp_path / "nothing"), BENCH) == []
+    assert sweep_folder.read_results(str(tmp_path / "nothing"), BENCH) is None
+    assert sweep_folder.read_runs(None) == []
 
 
 def test_a_sweep_without_logs_or_with_a_broken_record_is_refused(tmp_path):
@@ -49,3 +53,19 @@ def test_a_sweep_without_logs_or_with_a_broken_record_is_refused(tmp_path):
     write(summary, "{\n")
     with pytest.raises(sweep_folder.ReportError, match=f"^{summary}:2: not valid JSON"):
         sweep_folder.load_sweep(folder)
+
+
+def test_the_report_reads_each_log_once(tmp_path, monkeypatch):
+    # The figures and the time-to-train split take one results folder per scale, read with the sweep.
+    reads = []
+
+    def counted(read):
+        return lambda path, *args: reads.append(path) or read(path, *args)
+
+    monkeypatch.setattr(results, "events", counted(results.events))
+    monkeypatch.setattr(results, "parsed_events", counted(results.parsed_events))
+    folder = make_sweep(str(tmp_path / "sweep"), runs={1: 5, 2: 3})
+    assert cli.main([folder]) == 0
+    logs = [sweep_folder.results_dir(folder, SUBMITTER, system(n), BENCH) for n in (1, 2)]
+    assert sorted(reads) == sorted(results.result_files(logs[0]) + results.result_files(logs[1]))
+    assert len(reads) == 5 + 3

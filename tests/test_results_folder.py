@@ -133,7 +133,7 @@ def test_a_log_that_cannot_be_parsed_names_the_file(tmp_path):
     folder = write_folder(tmp_path, [run_lines(), broken])
     with pytest.raises(LogError) as error:
         read_folder(folder)
-    assert one_line(error).startswith(os.path.join(folder, "result_1.txt") + ": an MLLOG line does not parse")
+    assert one_line(error).startswith(os.path.join(folder, "result_1.txt") + ":4: not an MLPerf log line")
     no_metadata = run_lines()
     no_metadata.insert(3, ':::MLLOG {"key": "seed", "value": 1, "time_ms": 1}')
     folder = write_folder(tmp_path / "two", [no_metadata])

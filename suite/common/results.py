@@ -86,10 +86,21 @@ def parsed_events(path, ruleset=RULESET):
                        f"metadata and time_ms)") from None
     if failed:
         line, error = failed[0]
-        raise LogError(f"{path}: an MLLOG line does not parse ({error}): {line[:120]}")
+        raise LogError(f"{path}:{_line_number(path, line)}: not an MLPerf log line (mlperf_logging's parser: "
+                       f"{error}): {line[:120]}")
     return [(line.lineno + 1, {"key": line.key, "value": line.value["value"],
                                "metadata": line.value["metadata"] or {}, "time_ms": line.timestamp})
             for line in loglines]
+
+
+def _line_number(path, parsed):
+    """The number of the file's line that mlp_parser gave back as `parsed` (the text from its last
+    ':::MLLOG' on, stripped), for the message; "?" if none matches."""
+    with open(path, encoding="latin-1") as handle:
+        for number, text in enumerate(handle, start=1):
+            if MARKER in text and (MARKER + text.rsplit(MARKER, 1)[1]).strip() == parsed:
+                return number
+    return "?"
 
 
 def run_start_stop(found):

@@ -1,7 +1,7 @@
 """`python -m suite.cluster.report [SWEEP] [--compare DIR ...]`: time to train and its split, throughput,
 scaling, stragglers, allreduce.
 
-sweep_folder.py    reads a sweep folder: each scale's MLPerf logs and its runs' records
+sweep_folder.py    reads a sweep folder: each scale's MLPerf results folder and its runs' records
 figures.py         the measured figures: time to train, throughput, scaling, stragglers, step splits
 projection.py      the projection beside them, and the banners on what the figures are unfit for
 published.py       published times to train (models/<name>/published.py), shown for reference

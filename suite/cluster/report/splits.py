@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from suite.cluster import rcp, results_folder
 from suite.cluster.measured_time_to_train import ScaleSummary, factor_speedup, summarize
-from suite.cluster.report.sweep_folder import MANIFEST, ReportError, load_sweep, results_dir
+from suite.cluster.report.sweep_folder import MANIFEST, ReportError, load_sweep
 from suite.common import mlperf_rules
 from suite.common.results import LogError
 
@@ -57,10 +57,9 @@ def sweep_scales(data, source=THIS_SWEEP):
     with no converged run is kept with its problem stated."""
     found = []
     for scale in data.scales:
-        if not scale.runs:
+        folder = scale.results  # read once, with the sweep
+        if folder is None:
             continue
-        logs = results_dir(data.folder, data.submitter, scale.system, data.benchmark)
-        folder = _read(logs, mlperf_rules.RULESET, gpus=scale.np)
         try:
             summary, problem = summarize(folder), None
         except LogError as err:
@@ -144,9 +143,9 @@ def speedup_record(small, large, factors):
                                 * factors.evaluation_and_overhead_ratio)}
 
 
-def _read(path, ruleset, gpus=None):
+def _read(path, ruleset):
     try:
-        return results_folder.read_folder(path, ruleset=ruleset, gpus=gpus)
+        return results_folder.read_folder(path, ruleset=ruleset)
     except LogError as err:
         raise ReportError(str(err)) from None
 

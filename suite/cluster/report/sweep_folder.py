@@ -1,13 +1,15 @@
 """Reads a sweep folder for the report: each scale's MLPerf logs and what its runs recorded beside them.
 
 The folder is a sweep's (python -m suite.cluster.sweep), whose sweep.json names the systems and
-their scales; the MLPerf part of it, <submitter>/results/<system>/<benchmark>/result_<i>.txt, is read
-by read_runs, which needs no sweep.
+their scales. The MLPerf part of each scale, <submitter>/results/<system>/<benchmark>/result_<i>.txt,
+is an MLPerf results folder, read once here by suite.cluster.results_folder (read_results, which
+needs no sweep); the report's figures and its time-to-train split both take it from the scale.
 """
 import json
 import os
 from dataclasses import dataclass, field
 
+from suite.cluster import results_folder
 from suite.common import results
 
 MANIFEST = "sweep.json"
@@ -30,7 +32,8 @@ class Run:
 
 @dataclass
 class SystemResults:
-    """One system of the folder, a scale of the sweep: its size, its runs and its allreduce curve."""
+    """One system of the folder, a scale of the sweep: its size, its results folder (None before its first
+    log), its runs and its allreduce curve."""
 
     system: str
     np: int
@@ -38,13 +41,14 @@ class SystemResults:
     preset: str
     planned: int
     ranks_per_node: int
+    results: results_folder.ResultsFolder = None
     runs: list = field(default_factory=list)
     allreduce: dict = None
 
 
 @dataclass
-class ResultsFolder:
-    """What the report reads from a folder: the benchmark, who submitted it, and its systems."""
+class SweepFolder:
+    """What the report reads from a sweep folder: the benchmark, who submitted it, and its systems."""
 
     folder: str
     benchmark: str
@@ -61,8 +65,8 @@ def load_sweep(folder):
     manifest = _json(os.path.join(folder, MANIFEST), missing=missing)
     try:
         plan = manifest["plan"]
-        data = ResultsFolder(folder, plan["benchmark"], plan["submitter"], plan.get("profile", ""),
-                             [_sweep_system(folder, plan, entry) for entry in plan["scales"]])
+        data = SweepFolder(folder, plan["benchmark"], plan["submitter"], plan.get("profile", ""),
+                           [_sweep_system(folder, plan, entry) for entry in plan["scales"]])
     except (KeyError, TypeError) as err:
         raise ReportError(f"{os.path.join(folder, MANIFEST)}: not a sweep manifest (missing {err})") from None
     if not any(scale.runs for scale in data.scales):
@@ -78,8 +82,9 @@ def _sweep_system(folder, plan, entry):
                           preset=entry["preset"], planned=plan["runs"],
                           ranks_per_node=min(entry["np"], hosts[0]["slots"]))
     records = os.path.join(folder, "runs", scale.system)
-    scale.runs = read_runs(results_dir(folder, plan["submitter"], scale.system, plan["benchmark"]),
-                           plan["benchmark"], records)
+    scale.results = read_results(results_dir(folder, plan["submitter"], scale.system, plan["benchmark"]),
+                                 plan["benchmark"], gpus=scale.np)
+    scale.runs = read_runs(scale.results, records)
     scale.allreduce = _json(os.path.join(records, "allreduce.json"))
     return scale
 
@@ -89,14 +94,22 @@ def results_dir(folder, submitter, system, benchmark):
     return os.path.join(folder, submitter, "results", system, benchmark)
 
 
-def read_runs(logs, benchmark, records=None):
-    """The result logs in the folder logs, in run order, each with the records of its run directory
-    (records/run_<i>/: summary.json, config.json, env.json) when records is given."""
+def read_results(logs, benchmark, gpus=None):
+    """The MLPerf results folder `logs` of `benchmark`'s logs, read and scored by
+    results_folder.read_folder (at `gpus` GPUs when given); None while it holds no result log."""
+    if not os.path.isdir(logs) or not results.result_files(logs):
+        return None
+    return results_folder.read_folder(logs, gpus=gpus, benchmark=benchmark)
+
+
+def read_runs(folder, records=None):
+    """The runs of a results folder (read_results; None for none), in run order, each with the records
+    of its run directory (records/run_<i>/: summary.json, config.json, env.json) when records is given."""
     runs = []
-    for path in results.result_files(logs) if os.path.isdir(logs) else []:
-        index = int(os.path.basename(path)[len("result_"):-len(".txt")])
+    for log in folder.runs if folder else ():
+        index = int(os.path.basename(log.path)[len("result_"):-len(".txt")])
         run_dir = os.path.join(records, f"run_{index}") if records else None
-        runs.append(Run(index, results.read_run(path, benchmark), summary=_record(run_dir, "summary.json"),
+        runs.append(Run(index, log, summary=_record(run_dir, "summary.json"),
                         config=_record(run_dir, "config.json"), env=_record(run_dir, "env.json")))
     return runs
 
