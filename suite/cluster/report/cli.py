@@ -10,7 +10,7 @@ import sys
 
 from suite.cluster.report.document import build_document, render_html, render_markdown
 from suite.cluster.report.figures import SCALING_MODES
-from suite.cluster.report.plots import make_plots, make_split_plots
+from suite.cluster.report.plots import make_plots, make_scaling_pictures, make_split_plots
 from suite.cluster.report.projection import banners
 from suite.cluster.report.split_section import compare_document, report_json
 from suite.cluster.report.splits import compare_scales, sweep_scales
@@ -19,7 +19,7 @@ from suite.common.results import LogError
 
 REPORT_FILES = ("report.md", "report.html", "report.json", "time_to_train.png", "throughput.png",
                 "scaling.png", "stragglers.png", "allreduce.png", "attribution.png")
-SPLIT_PLOT = re.compile(r"time_to_train_split_[A-Za-z0-9_]+\.png")
+SPLIT_PLOT = re.compile(r"(time_to_train_split|scaling_picture)_[A-Za-z0-9_]+\.png")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
         raise ReportError(message)
 
 
-def write_report(data, out, threshold_pct, scaling_mode="auto", splits=()):
+def write_report(data, out, threshold_pct, scaling_mode="auto", splits=(), price_per_gpu_hour=None):
     """Builds the whole report in a temporary folder beside `out`, then swaps it in. data: the sweep, or
     None for a report of --compare folders alone; splits: the split_section Scales."""
     _check_out(out)
@@ -36,12 +36,12 @@ def write_report(data, out, threshold_pct, scaling_mode="auto", splits=()):
     tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.tmp.{os.getpid()}")
     os.makedirs(tmp)
     try:
-        images = make_split_plots(splits, tmp)
+        images = make_split_plots(splits, tmp) + make_scaling_pictures(splits, tmp)
         if data is None:
-            doc = compare_document(splits, images)
+            doc = compare_document(splits, images, price_per_gpu_hour)
         else:
             images += make_plots(data, tmp, threshold_pct, scaling_mode)
-            doc = build_document(data, threshold_pct, images, scaling_mode, splits)
+            doc = build_document(data, threshold_pct, images, scaling_mode, splits, price_per_gpu_hour)
         _write_text(os.path.join(tmp, "report.json"), json.dumps(report_json(splits), indent=1) + "\n")
         _write_text(os.path.join(tmp, "report.md"), render_markdown(doc))
         _write_text(os.path.join(tmp, "report.html"), render_html(doc, tmp))
@@ -88,8 +88,16 @@ def build_parser():
                              "--compare and --out")
     parser.add_argument("--compare", nargs="+", metavar="DIR", default=[],
                         help="MLPerf results folders (results/<system>/<benchmark>/ of result_*.txt, GPU "
-                             "count from the systems/ JSON beside results/) or earlier sweep folders, beside "
-                             "the sweep at their GPU counts")
+                             "count from the systems/ JSON beside results/), earlier sweep folders, or a "
+                             "folder holding results folders (a submitter's folder, a clone of "
+                             "training_results_vX.Y), searched for each of them; beside the sweep at their "
+                             "GPU counts")
+    parser.add_argument("--benchmark", metavar="NAME",
+                        help="only this benchmark's results folders of a searched --compare folder "
+                             "(MLPerf's name: resnet, bert, ...)")
+    parser.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
+                        help="your price of one GPU-hour: each result's cost beside its GPU-hours, labelled "
+                             "as your figure")
     parser.add_argument("--out", help="report folder (default: SWEEP/report); replaced as a whole")
     parser.add_argument("--straggler-threshold", type=float, default=10.0, metavar="PCT",
                         help="flag ranks whose p50 step time is more than PCT%% above the median rank's "
@@ -108,9 +116,13 @@ def main(argv=None):
         if args.sweep is None and not (args.compare and args.out):
             raise ReportError("give a SWEEP folder, or --compare DIR [DIR ...] with --out OUT")
         data = load_sweep(args.sweep) if args.sweep else None
-        splits = (sweep_scales(data) if data else []) + compare_scales(args.compare)
+        price = args.price_per_gpu_hour
+        if price is not None and not (math.isfinite(price) and price >= 0):
+            raise ReportError(f"--price-per-gpu-hour {price} must be a number >= 0")
+        found = compare_scales(args.compare, args.benchmark, say=lambda line: print(line, flush=True))
+        splits = (sweep_scales(data) if data else []) + found
         out = write_report(data, args.out or os.path.join(args.sweep, "report"), args.straggler_threshold,
-                           args.scaling, splits)
+                           args.scaling, splits, price)
         for text in banners(data, args.scaling) if data else ():
             print(f"WARNING: {text}", file=sys.stderr, flush=True)
     except (ReportError, LogError) as err:

@@ -7,7 +7,7 @@ import markdown
 from markdown.extensions import Extension
 
 from suite.cluster import scaling
-from suite.cluster.report import links_section, split_section
+from suite.cluster.report import headline, links_section, split_section
 from suite.cluster.report.figures import (AGGREGATE, MIN_TIMED_STEPS, STEP_PARTS, allreduce_curves,
                                           efficiency_loss, scaling_rows, step_splits, stragglers,
                                           time_to_train)
@@ -17,8 +17,9 @@ from suite.cluster.report.projection import (banners, no_plateau, projection_row
 from suite.cluster.report import published
 
 
-def build_document(data, threshold_pct, images, scaling_mode="auto", splits=()):
-    """Blocks: ("h1"|"h2"|"p"|"banner"|"code", text), ("table", header, rows), ("img", file, caption).
+def build_document(data, threshold_pct, images, scaling_mode="auto", splits=(), price_per_gpu_hour=None):
+    """Blocks: ("h1"|"h2"|"p"|"banner"|"code", text), ("table", header, rows), ("img", file, caption),
+    ("list", items).
 
     splits: the split_section Scales, the sweep's and any --compare folders'."""
     doc = [("h1", f"Scaling report: {data.benchmark}, {len(data.scales)} scale(s)")]
@@ -28,8 +29,10 @@ def build_document(data, threshold_pct, images, scaling_mode="auto", splits=()):
                   f"row says projected or published. Throughput and step times aggregate several runs "
                   f"one way throughout: the {AGGREGATE}, with the min–max over runs beside it; time to "
                   f"train is MLPerf's olympic mean.")]
+    doc += headline.blocks(splits, data, price_per_gpu_hour)
+    doc += split_section.picture_blocks(splits, images)
     doc += _ttt_section(data, images)
-    doc += split_section.blocks(splits, images)
+    doc += split_section.blocks(splits, images, price_per_gpu_hour)
     doc += _runs_section(data)
     doc += _throughput_section(data, images)
     doc += _attribution_section(data, images)
@@ -350,6 +353,8 @@ def _markdown(block):
         return "\n".join([cells(block[1]), "|" + "---|" * len(block[1]), *map(cells, block[2])])
     if kind == "img":
         return f"![{block[2]}]({block[1]})"
+    if kind == "list":
+        return "\n".join(f"- {item}" for item in block[1])
     return block[1]
 
 
@@ -361,8 +366,11 @@ class _TextOnly(Extension):
         md.inlinePatterns.deregister("html")
 
 
+# Long words (a folder's path, a system's name) may break anywhere rather than widen the page past a
+# 1,280 px window.
 STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;"
          "margin:1em 0}td,th{border:1px solid #999;padding:3px 6px;font-size:90%}img{max-width:100%}"
+         "td,th,p,li{overflow-wrap:anywhere}pre{white-space:pre-wrap}"
          ".banner{border:3px solid #c00;background:#fee;color:#700;padding:8px 12px;margin:8px 0}"
          ".banner p{margin:0}pre{background:#f4f4f4;padding:8px}")
 

@@ -186,6 +186,10 @@ def _axes(axes, xlabel, ylabel, title, data):
     axes.grid(alpha=0.3)
 
 
+# The smallest share of a time to train that a bar of a 9-inch plot shows as more than a line.
+VISIBLE_SHARE = 0.02
+
+
 def make_split_plots(scales, folder):
     """One PNG per benchmark: each scale's time to train as training, evaluation and the rest."""
     import matplotlib
@@ -197,10 +201,13 @@ def make_split_plots(scales, folder):
     written = []
     for benchmark in sorted({s.benchmark for s in scales}):
         shown = [s for s in scales if s.benchmark == benchmark and s.summary]
-        if not shown:
+        # The bars carry information only where evaluation and the rest are visible beside training (a
+        # published folder's are slivers of a percent); the scaling picture tells the rest.
+        if not shown or not any(s.source == THIS_SWEEP or 1 - s.summary.training_share >= VISIBLE_SHARE
+                                for s in shown):
             continue
         figure, axes = plt.subplots(figsize=(9, 1.5 + 0.7 * len(shown)))
-        labels = [f"{'' if s.source == THIS_SWEEP else 'compared: '}{s.system[:28]}\n{s.folder.gpus} GPUs, "
+        labels = [f"{'' if s.source == THIS_SWEEP else 'compared: '}{s.label[:40]}\n{s.folder.gpus} GPUs, "
                   f"batch {s.folder.global_batch_size}" for s in shown]
         left = [0.0] * len(shown)
         for key, label in (("training_minutes", "training"), ("evaluation_minutes", "evaluation"),
@@ -216,4 +223,69 @@ def make_split_plots(scales, folder):
         figure.savefig(os.path.join(folder, image_name(benchmark)), dpi=100)
         plt.close(figure)
         written.append(image_name(benchmark))
+    return written
+
+
+def make_scaling_pictures(scales, folder):
+    """One PNG per benchmark: speed-up against GPUs for each source, on log-log axes, with the linear
+    line, the throughput speed-up and the time-to-train speed-up (splits Scales; published rows drawn
+    hollow and labelled so).
+
+    Log-log because the GPU counts double from step to step and speed-ups are ratios: linear scaling is
+    the diagonal, each doubling is one equal step, and the vertical gap between two lines is the
+    logarithm of an efficiency ratio, the very quantity the headline shares between the factors, so the
+    gap between the throughput line and the time-to-train line is the convergence and evaluation cost,
+    and the gap between the diagonal and the throughput line is the network and framework cost.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    from suite.cluster.report.split_section import picture_name
+    from suite.cluster.report.splits import THIS_SWEEP
+    written = []
+    for benchmark in sorted({s.benchmark for s in scales}):
+        groups = {}
+        for scale in scales:
+            if scale.benchmark == benchmark and scale.summary and scale.folder.gpus:
+                groups.setdefault(scale.group, []).append(scale)
+        groups = {group: sorted(members, key=lambda s: (s.folder.gpus, s.folder.global_batch_size))
+                  for group, members in groups.items() if len({s.folder.gpus for s in members}) > 1}
+        if not groups:
+            continue
+        figure, axes = plt.subplots(figsize=(8, 5.5))
+        everything = sorted({s.folder.gpus for members in groups.values() for s in members})
+        smallest = everything[0]
+        axes.plot(everything, [n / smallest for n in everything], color="0.5", linestyle=":",
+                  label="linear (speed-up = GPU ratio)")
+        for index, members in enumerate(groups.values()):
+            base = members[0]
+            published = base.source != THIS_SWEEP
+            what = "published" if published else "measured"
+            name = base.label.replace(f" · {base.system}", "")
+            start = base.folder.gpus / smallest
+            gpus = [s.folder.gpus for s in members]
+            throughput = [start * s.summary.samples_per_second / base.summary.samples_per_second
+                          for s in members]
+            time = [start * base.summary.minutes / s.summary.minutes for s in members]
+            color = f"C{index}"
+            fill = "none" if published else color
+            axes.plot(gpus, throughput, "--", marker="s", color=color, markerfacecolor=fill,
+                      label=f"{name}: throughput speed-up ({what})")
+            axes.plot(gpus, time, "-", marker="o", color=color, markerfacecolor=fill,
+                      label=f"{name}: time-to-train speed-up ({what})")
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log", base=2)
+        axes.set_xticks(everything, [str(n) for n in everything])
+        axes.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.set_xlabel("GPUs")
+        axes.set_ylabel(f"speed-up over {smallest} GPUs\n(each source's smallest scale on the linear line)")
+        axes.set_title(f"Speed-up against GPUs, {benchmark}: gaps below the diagonal are lost efficiency")
+        axes.grid(alpha=0.3, which="both")
+        axes.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(os.path.join(folder, picture_name(benchmark)), dpi=100)
+        plt.close(figure)
+        written.append(picture_name(benchmark))
     return written

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from suite.cluster import rcp, results_folder
 from suite.cluster.measured_time_to_train import ScaleSummary, factor_speedup, summarize
-from suite.cluster.report.sweep_folder import MANIFEST, ReportError, load_sweep
+from suite.cluster.report import compare_folders
+from suite.cluster.report.sweep_folder import ReportError, load_sweep
 from suite.common import mlperf_rules
 from suite.common.results import LogError
 
@@ -36,13 +37,42 @@ class Scale:
     def benchmark(self):
         return self.folder.benchmark
 
+    @property
+    def label(self):
+        """What a person reads: "Dell · 16xXE8545x4A100-SXM-40GB · v2.1" for a published folder (its
+        submitter, system and round, from its path), "this sweep · <system>" for the sweep's own."""
+        if self.source == THIS_SWEEP:
+            return f"{THIS_SWEEP} · {self.system}"
+        parts = os.path.abspath(self.folder.path).split(os.sep)
+        submitter = parts[-4] if len(parts) >= 4 and parts[-3] == "results" else None
+        round_ = ROUND.search(os.path.abspath(self.folder.path))
+        named = [submitter or f"sweep {os.path.basename(os.path.abspath(self.source))}", self.system]
+        return " · ".join(named + ([f"v{round_.group(1)}.{round_.group(2)}"] if round_ else []))
+
+    @property
+    def gpu_hours_per_result(self):
+        """GPU-hours of one result: the olympic time to train times the GPUs; None unscored."""
+        minutes = self.folder.olympic_minutes
+        return None if minutes is None or not self.folder.gpus else minutes * self.folder.gpus / 60.0
+
+    @property
+    def gpu_hours_of_runs(self):
+        """GPU-hours of every run of the scale, the ones the olympic mean drops included (run_start to
+        run_stop; start-up before run_start is not in the logs)."""
+        if not self.folder.gpus:
+            return None
+        return sum(run.minutes for run in self.folder.runs) * self.folder.gpus / 60.0
+
     def record(self):
         """report.json's record of this scale: every figure with its unit in its key."""
-        found = {"source": self.source, "system": self.system, "folder": self.folder.path,
+        found = {"source": self.source, "label": self.label, "system": self.system,
+                 "folder": self.folder.path,
                  "benchmark": self.benchmark, "ruleset": self.folder.ruleset, "gpus": self.folder.gpus,
                  "global_batch_size": self.folder.global_batch_size, "runs": len(self.folder.runs),
                  "converged_runs": sum(run.converged for run in self.folder.runs),
-                 "olympic_minutes": self.folder.olympic_minutes}
+                 "olympic_minutes": self.folder.olympic_minutes,
+                 "gpu_hours_per_result": self.gpu_hours_per_result,
+                 "gpu_hours_of_runs": self.gpu_hours_of_runs}
         if self.summary:
             found.update({k: v for k, v in self.summary.as_dict().items() if k not in found})
         if self.rcp and self.rcp.mean is not None:
@@ -69,26 +99,44 @@ def sweep_scales(data, source=THIS_SWEEP):
     return found
 
 
-def compare_scales(dirs):
-    """The Scales of every --compare folder: a results/<system>/<benchmark>/ folder of result_*.txt, or
-    an earlier sweep's folder. ReportError (one line naming the folder) for anything unusable."""
+def compare_scales(dirs, benchmark=None, say=None):
+    """The Scales of every --compare argument (compare_folders.expand): a results/<system>/<benchmark>/
+    folder of result_*.txt, an earlier sweep's folder, or a folder searched for such results folders
+    (only `benchmark`'s, when given). ReportError (one line naming the folder) for an unusable folder
+    given as it is; one found by a search is left out with its reason, and `say` gets one line per
+    searched argument of what it found and what it left out."""
     found = []
     for path in dirs:
-        if os.path.isfile(os.path.join(path, MANIFEST)):
-            found += sweep_scales(load_sweep(path), source=path)
-            continue
-        folder = _read(path, ruleset_of(path))
-        if folder.gpus is None:
-            described = results_folder.system_description_path(folder.path, folder.system)
-            raise ReportError(f"{path}: no GPU count (no {described} with number_of_nodes and "
-                              f"accelerators_per_node)")
-        try:
-            summary = summarize(folder)
-        except LogError as err:
-            raise ReportError(f"{err} (--compare {path})") from None
-        org = os.path.dirname(os.path.dirname(os.path.dirname(folder.path)))
-        found.append(Scale(path, f"results {org}", folder.system, folder, summary, _rcp(folder, strict=True)))
+        expanded = compare_folders.expand(path, benchmark)
+        for sweep in expanded.sweeps:
+            found += sweep_scales(load_sweep(sweep), source=sweep)
+        left_out = []
+        for folder in expanded.results:
+            try:
+                found.append(_compare_scale(folder))
+            except ReportError as err:
+                if not expanded.searched:
+                    raise
+                left_out.append(str(err))
+        if expanded.searched and say:
+            say(expanded.summary(benchmark))
+            for reason in left_out:
+                say(f"  left out: {reason}")
     return found
+
+
+def _compare_scale(path):
+    folder = _read(path, ruleset_of(path))
+    if folder.gpus is None:
+        described = results_folder.system_description_path(folder.path, folder.system)
+        raise ReportError(f"{path}: no GPU count (no {described} with number_of_nodes and "
+                          f"accelerators_per_node)")
+    try:
+        summary = summarize(folder)
+    except LogError as err:
+        raise ReportError(f"{err} (--compare {path})") from None
+    org = os.path.dirname(os.path.dirname(os.path.dirname(folder.path)))
+    return Scale(path, f"results {org}", folder.system, folder, summary, _rcp(folder, strict=True))
 
 
 def ruleset_of(path):
