@@ -156,15 +156,3 @@ def test_login_node_console_scripts_work_without_tensorflow(without_tensorflow, 
     report = console("mlperf-report", make_sweep(str(tmp_path / "made")), pythonpath=without_tensorflow)
     assert report.returncode == 0, report.stderr
     assert (tmp_path / "made" / "report" / "report.html").is_file()
-
-
-OLD_PATHS = {"suite.launch": "suite.cluster.launch", "suite.sweep": "suite.cluster.sweep",
-             "suite.report": "suite.cluster.report", "suite.deploy": "suite.cluster.deploy",
-             "suite.scaling": "suite.cluster.scaling", "suite.allreduce": "suite.train.allreduce"}
-
-
-@pytest.mark.parametrize("old, new", sorted(OLD_PATHS.items()))
-def test_old_module_paths_still_run(old, new):
-    result = run([sys.executable, "-m", old, "--help"], timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert f"python -m {new}" in result.stdout

@@ -300,7 +300,7 @@ def test_a_negative_or_unknown_threshold_is_refused(tmp_path):
 
 
 def test_the_package_main_is_the_command_line(tmp_path, capsys):
-    # mlperf-report and python -m suite.report both end in suite.cluster.report.main.
+    # mlperf-report and python -m suite.cluster.report both end in suite.cluster.report.main.
     folder = make_sweep(str(tmp_path / "sweep"))
     assert report.main([folder, "--out", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.strip() == (f"report: {tmp_path / 'out' / 'report.md'}, "

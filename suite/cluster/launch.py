@@ -22,7 +22,7 @@ from suite.common.profiles import ProfileError
 LAUNCHERS = ("horovodrun", "mpirun", "srun")
 # Modules that compare what they measure with the profile (suite.train.allreduce: its expected bus
 # bandwidth); the launcher hands them its own profile so the user need not name it twice.
-PROFILE_AWARE = ("suite.train.allreduce", "suite.allreduce")
+PROFILE_AWARE = ("suite.train.allreduce",)
 # What remote ranks under plain mpirun need from this shell: a non-interactive SSH login gives
 # them the node's default environment, not this one (horovodrun forwards everything itself).
 PASS_THROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
