@@ -139,7 +139,7 @@ def deploy_cli(*args, **env):
 
 def check_golden(path, text):
     if REGENERATE:
-        deploy_job.write_atomic(path, text)
+        deploy_job.write_out(path, text)
         return
     assert os.path.exists(path), f"no golden {path}; create it with DEPLOY_REGENERATE=1 (see the module doc)"
     with open(path) as handle:

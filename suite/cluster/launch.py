@@ -136,12 +136,8 @@ def build_parser():
                      help="extra arguments for the launcher itself, one shell-quoted string")
     how.add_argument("--python", default=sys.executable,
                      help="interpreter on every node (default: this one; nodes share the same paths)")
-    tuning = parser.add_argument_group("Horovod tuning (overrides the profile)")
-    tuning.add_argument("--fusion-threshold-mb", type=int, help="HOROVOD_FUSION_THRESHOLD, in MiB")
-    tuning.add_argument("--cycle-time-ms", type=float, help="HOROVOD_CYCLE_TIME, in ms")
-    tuning.add_argument("--hierarchical-allreduce", action=argparse.BooleanOptionalAction, default=None,
-                        help="HOROVOD_HIERARCHICAL_ALLREDUCE")
-    tuning.add_argument("--timeline", metavar="FILE", help="HOROVOD_TIMELINE: rank 0 writes a Chrome trace")
+    add_tuning_flags(parser.add_argument_group("Horovod tuning (overrides the profile)"),
+                     timeline_help="HOROVOD_TIMELINE: rank 0 writes a Chrome trace")
     out = parser.add_argument_group("output")
     out.add_argument("--dry-run", action="store_true",
                      help="check everything, the model's flags included, then print the command (one line) "
@@ -306,6 +302,16 @@ def yaml_line(path, key):
     return "?"
 
 
+def add_tuning_flags(group, timeline_help):
+    """The Horovod tuning flags, each overriding its key of the profile's horovod: section (tuning_env);
+    the launcher's and mlperf-deploy's alike, but for where the timeline's path is seen."""
+    group.add_argument("--fusion-threshold-mb", type=int, help="HOROVOD_FUSION_THRESHOLD, in MiB")
+    group.add_argument("--cycle-time-ms", type=float, help="HOROVOD_CYCLE_TIME, in ms")
+    group.add_argument("--hierarchical-allreduce", action=argparse.BooleanOptionalAction, default=None,
+                       help="HOROVOD_HIERARCHICAL_ALLREDUCE")
+    group.add_argument("--timeline", metavar="FILE", help=timeline_help)
+
+
 def tuning_env(horovod, args):
     """Horovod's variables from the profile's tuning, each overridden by its flag when given."""
     fusion = _pick(args.fusion_threshold_mb, horovod.fusion_threshold_mb)
@@ -359,28 +365,13 @@ def _horovodrun(plan, args, worker):
         else:
             # horovodrun wants the `=` form: its value starts with a dash.
             command.append("--mpi-args=" + shlex.join(plan.profile.mpi_args))
-    command += _horovodrun_tuning(plan.env)
+    command += profiles.horovodrun_flags(plan.env)
     return command + shlex.split(args.launcher_args) + worker
 
 
 def _is_this_machine(name):
     # A dry run's marker is some node still to be named, and no name to look up.
     return profiles.PLACEHOLDER not in name and preflight.is_this_machine(name)
-
-
-def _horovodrun_tuning(env):
-    """horovodrun's own flags for the tuning; it turns them back into the same HOROVOD_* values."""
-    flags = []
-    if "HOROVOD_FUSION_THRESHOLD" in env:
-        flags += ["--fusion-threshold-mb", str(int(env["HOROVOD_FUSION_THRESHOLD"]) // (1024 * 1024))]
-    if "HOROVOD_CYCLE_TIME" in env:
-        flags += ["--cycle-time-ms", env["HOROVOD_CYCLE_TIME"]]
-    if "HOROVOD_HIERARCHICAL_ALLREDUCE" in env:
-        flags.append("--hierarchical-allreduce" if env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
-                     else "--no-hierarchical-allreduce")
-    if "HOROVOD_TIMELINE" in env:
-        flags += ["--timeline-filename", env["HOROVOD_TIMELINE"]]
-    return flags
 
 
 def _mpirun(plan, args, worker):

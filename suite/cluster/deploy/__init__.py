@@ -8,7 +8,7 @@ from suite.cluster import launch
 from suite.cluster.deploy import dockerfile, k8s, slurm
 from suite.cluster.deploy.dockerfile import DEFAULT_CPU_BASE, DEFAULT_NGC_TAG
 from suite.cluster.deploy.job import (DATA_MOUNT, MAX_NODES, REPO, RESULTS_MOUNT, DeployError,
-                                      plan_job, write_atomic)
+                                      plan_job, write_out)
 from suite.cluster.deploy.k8s import (DEFAULT_SSH_PORT, NETWORK_MODES, SRIOV_NETWORK, SRIOV_RESOURCE,
                                       SRIOV_VFS)
 from suite.cluster.launch import LaunchError
@@ -107,12 +107,9 @@ def _job_flags():
     what.add_argument("--numa-bind", action=argparse.BooleanOptionalAction, default=None,
                       help="bind each rank to a NUMA domain: srun --cpu-bind=ldoms, mpirun --map-by numa "
                            "--bind-to numa (default: on for a GPU profile, off for a CPU one)")
-    tuning = flags.add_argument_group("Horovod tuning (overrides the profile, as in suite.cluster.launch)")
-    tuning.add_argument("--fusion-threshold-mb", type=int, help="HOROVOD_FUSION_THRESHOLD, in MiB")
-    tuning.add_argument("--cycle-time-ms", type=float, help="HOROVOD_CYCLE_TIME, in ms")
-    tuning.add_argument("--hierarchical-allreduce", action=argparse.BooleanOptionalAction, default=None,
-                        help="HOROVOD_HIERARCHICAL_ALLREDUCE")
-    tuning.add_argument("--timeline", metavar="FILE", help="HOROVOD_TIMELINE, a path inside the container")
+    launch.add_tuning_flags(flags.add_argument_group("Horovod tuning (overrides the profile, as in "
+                                                     "suite.cluster.launch)"),
+                            timeline_help="HOROVOD_TIMELINE, a path inside the container")
     return flags
 
 
@@ -243,10 +240,10 @@ def render(args, model_args, argv):
 def emit(files, args):
     if args.what == "all":
         for name, text in files.items():
-            write_atomic(os.path.join(args.out, name), text)
+            write_out(os.path.join(args.out, name), text)
             print(os.path.join(args.out, name))
     elif args.out:
-        write_atomic(args.out, next(iter(files.values())))
+        write_out(args.out, next(iter(files.values())))
     else:
         sys.stdout.write(next(iter(files.values())))
 

@@ -8,7 +8,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 
 from suite.cluster import launch
@@ -258,19 +257,9 @@ def fill(template, values):
     return FIELD.sub(lambda match: str(values[match[1]]), "".join(lines))
 
 
-def write_atomic(path, text):
-    """Writes a file whole or not at all: a temporary file beside it, then a rename."""
+def write_out(path, text):
+    """Writes one --out file whole or not at all (runfiles.write_text), making its folder first."""
     if os.path.isdir(path):
         raise DeployError(f"--out {path}: is a folder; give a file name")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".deploy-", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    runfiles.write_text(path, text)

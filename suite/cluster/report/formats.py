@@ -1,11 +1,5 @@
 """How the report writes its numbers: a dash for what is missing, ranges, percentages, message sizes."""
-import math
-
-
-def fmt(value, spec):
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    return format(value, spec)
+from suite.cluster.scaling.model import fmt
 
 
 def pct(fraction):

@@ -374,7 +374,10 @@ def beside_measured(projection, measured_rows):
 
 
 def fmt(value, spec, suffix=""):
-    return "—" if value is None else format(value, spec) + suffix
+    """A number as the tables write it (the report's too): a dash for one missing or not finite."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return format(value, spec) + suffix
 
 
 def _percent(fraction):

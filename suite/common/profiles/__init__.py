@@ -279,6 +279,22 @@ def horovod_env(fusion_threshold_mb=None, cycle_time_ms=None, hierarchical_allre
     return env
 
 
+def horovodrun_flags(env):
+    """horovod_env the other way round: horovodrun's own flags for the tuning in env, which horovodrun
+    turns back into the same HOROVOD_* values."""
+    flags = []
+    if "HOROVOD_FUSION_THRESHOLD" in env:
+        flags += ["--fusion-threshold-mb", str(int(env["HOROVOD_FUSION_THRESHOLD"]) // (1024 * 1024))]
+    if "HOROVOD_CYCLE_TIME" in env:
+        flags += ["--cycle-time-ms", env["HOROVOD_CYCLE_TIME"]]
+    if "HOROVOD_HIERARCHICAL_ALLREDUCE" in env:
+        flags.append("--hierarchical-allreduce" if env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+                     else "--no-hierarchical-allreduce")
+    if "HOROVOD_TIMELINE" in env:
+        flags += ["--timeline-filename", env["HOROVOD_TIMELINE"]]
+    return flags
+
+
 def _shapes(path, shapes):
     for index, shape in enumerate(shapes):
         _check_type(path, f"shapes[{index}]", shape, str)
