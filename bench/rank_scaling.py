@@ -7,7 +7,7 @@ Each scale is one command as a user types it:
 - N ranks on one host: `horovodrun -np N -H localhost:N python -m models.<model> --throughput ...`;
 - 8 ranks on four hosts, 2 each: `horovodrun -np 8 -hostfile 4node-2slots ...`, started on the first
   of the four network-namespace hosts the tests use (tests/twohosts.py's BridgedHosts, imported from
-  tests/ through sys.path; the hostfile is tests/conftest.py's filled copy of hostfiles/4node with
+  tests/ through sys.path; the hostfile is tests/helpers/four_node.py's filled copy of hostfiles/4node with
   slots=2). The hosts share this machine's cores, so that run's ceiling is the 8-process one;
 - the ceiling for N: N independent single-process runs started at once, each with the kernel threads
   one rank of the N-rank run gets (suite/train/dist.py's cpu_threads_per_rank: the host's cores over
@@ -212,8 +212,8 @@ def four_hosts(work, needed):
     if not needed:
         yield None, None
         return
-    sys.path[:0] = [TESTS, ceiling.REPO]  # conftest and twohosts; the suite they import
-    from conftest import filled_hostfile
+    sys.path[:0] = [TESTS, ceiling.REPO]  # tests/helpers and twohosts; the suite they import
+    from helpers.four_node import filled_hostfile
     from twohosts import BridgedHosts, ClusterUnavailable
     from suite.cluster import hostfile as hostfile_format
     folder = os.path.join(work, "fourhosts")

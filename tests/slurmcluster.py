@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from conftest import BIN, subprocess_env
+from helpers.running import BIN, subprocess_env
 
 # The daemons and the client commands the tests call, all from Debian's packages (scripts/setup.sh).
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import read_json, run
+from helpers.running import run
+from helpers.runs import read_json
 from suite.common import busbw as bw
 from suite.train import timed_allreduce
 

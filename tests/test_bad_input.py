@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from conftest import TINY, read_log, run, train_cmd
+from helpers.running import TINY, run, train_cmd
+from helpers.runs import read_log
 
 # TensorFlow/absl start-up noise: "2026-11-29 23:08:42.877123: I ...", "E0000 00:00:...".
 NOISE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d|[EWIF]\d{4} |WARNING: All log messages before absl)")

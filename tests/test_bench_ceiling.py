@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from conftest import REPO, read_json, run, subprocess_env
+from helpers.running import REPO, run, subprocess_env
+from helpers.runs import read_json
 
 sys.path.append(os.path.join(REPO, "bench"))
 import ceiling  # noqa: E402

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers.running import REPO
 
 sys.path.append(os.path.join(REPO, "bench"))
 import ceiling  # noqa: E402

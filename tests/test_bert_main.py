@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from models.bert.presets import PRESETS
-from conftest import (BERT_PRED as PRED, BERT_SEQ as SEQ, assert_fails_only_on_accuracy, check_log, read_json,
-                      read_log, run, train_cmd)
+from helpers.running import BERT_PRED as PRED, BERT_SEQ as SEQ, run, train_cmd
+from helpers.runs import assert_fails_only_on_accuracy, check_log, read_json, read_log
 from test_bad_input import (assert_aborted, assert_not_started, assert_one_line_error, assert_ranks_report,
                             rank_lines)
 

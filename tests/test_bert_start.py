@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from conftest import read_json, run
+from helpers.running import run
+from helpers.runs import read_json
 from test_start_line import age_atimes, first_reads, require_read_atimes
 
 

@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 
-from conftest import REPO
+from helpers.running import REPO
 
 CI_STEPS = os.path.join(REPO, "scripts", "ci_steps.sh")
 

@@ -1,7 +1,8 @@
 """The closed code path (224 px, 1000 classes, LARS) logs everything the closed ResNet rules check."""
 import pytest
 
-from conftest import assert_fails_only_on_accuracy, check_log, read_json, read_log, run, train_cmd
+from helpers.running import run, train_cmd
+from helpers.runs import assert_fails_only_on_accuracy, check_log, read_json, read_log
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers.running import REPO
 
 CONTAINER = os.path.join(REPO, "container")
 IMAGE_TEST = os.path.join(REPO, "scripts", "image-test.sh")

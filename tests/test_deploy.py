@@ -7,7 +7,6 @@ review the diff before committing:
 Without the variable, any drift between a fresh rendering and its golden fails.
 """
 import configparser
-import difflib
 import json
 import os
 import re
@@ -20,158 +19,15 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, run
-from suite.cluster import deploy, launch
+from helpers.deploy import (CASES, CONTAINER, DOCKERFILES, GOLDEN, HOROVOD, IMAGE, K8S_PATHS, PRESETS,
+                            SLURM_PATHS, assert_one_line_error, bash_syntax, check_golden, cluster_tools,
+                            deploy_cli, job, launcher_of, mpirun_words, oci_env, pods_of, render, replace,
+                            shellcheck, without, workers_of)
+from helpers.mpijob import DNS_LABEL, validate_mpijob
+from helpers.running import REPO, run
 from suite.cluster.deploy import dockerfile, job as deploy_job, k8s, slurm
-from suite.common import profiles
 
-GOLDEN = os.path.join(REPO, "tests", "golden", "deploy")
-CONTAINER = os.path.join(REPO, "container")
-REGENERATE = os.environ.get("DEPLOY_REGENERATE") == "1"
-IMAGE = "registry.example.com/mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu"
-PRESETS = {1: "closed_8xA100_gbs3264", 2: "closed_16xA100_gbs3264", 4: "closed_32xA100_gbs3264"}
-# The front-end interface the OCI profile leaves open, and Open MPI's TCP traffic by subnet rather
-# than by interface name (--mpi-subnet), which a host-network launcher on any node needs.
-OCI = ["--profile", "oci-bm-gpu-gm4-8", "--network-interface", "eth0", "--mpi-subnet", "10.0.0.0/16"]
-GPU4 = ["--profile", "oci-bm-gpu4-8", "--network-interface", "eth0", "--mpi-subnet", "10.0.0.0/16"]
-
-
-def oci_env():
-    """What the OCI job's ranks must see: the profile with eth0, Open MPI's TCP by subnet."""
-    oci = profiles.with_interface(profiles.load("oci-bm-gpu-gm4-8"), "eth0")
-    subnet = {key: "10.0.0.0/16" for key in ("OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include")}
-    return {**oci.env, **subnet}
-
-
-TCP_ONLY = ["--profile", "tcp-only", "--network-interface", "eth0"]
-
-
-def job(nodes, *where, model="models.resnet50", preset=None, profile=OCI):
-    return ["--model", model, "--preset", preset or PRESETS[nodes], "--nodes", str(nodes), *profile,
-            "--image", IMAGE, *where, "--run-id", f"rn50-{nodes}n"]
-
-
-def replace(argv, flag, value):
-    argv = list(argv)
-    argv[argv.index(flag) + 1] = value
-    return argv
-
-
-def without(argv, *flags):
-    argv = list(argv)
-    for flag in flags:
-        i = argv.index(flag)
-        del argv[i:i + 2]
-    return argv
-
-
-# The variables the profile's Horovod tuning adds to every job's environment.
-HOROVOD = {"HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_HIERARCHICAL_ALLREDUCE"}
-SLURM_PATHS = ["--data", "/shared/data/imagenet", "--results", "/shared/results"]
-K8S_PATHS = ["--data", "/mnt/data/imagenet", "--results", "pvc:mlperf-results"]
-CASES = {
-    **{f"slurm-{n}n.sbatch": ["slurm", *job(n, *SLURM_PATHS), "--partition", "gpu", "--account", "mlperf"]
-       for n in (1, 2, 4)},
-    **{f"mpijob-{n}n.yaml": ["k8s", *job(n, *K8S_PATHS)] for n in (1, 2, 4)},
-    # The explicit network modes (the default, oci-host, is mpijob-<n>n.yaml). SR-IOV VFs through the
-    # Network Operator, with NCCL_IB_HCA for the VFs' names and every other k8s option.
-    "mpijob-2n-sriov.yaml": ["k8s", *job(2, "--data", "pvc:imagenet", "--results", "/mnt/results",
-                                         profile=[*OCI, "--env", "NCCL_IB_HCA=mlx5"]),
-                             "--network-mode", "sriov", "--host-ipc", "--shm-size", "64Gi",
-                             "--namespace", "mlperf", "--ssh-port", "2022", "--", "--set", "xla=true"],
-    # The pod network only (TCP), for an MPI Operator older than v0.5.0.
-    "mpijob-2n-none.yaml": ["k8s", *job(2, *K8S_PATHS, profile=TCP_ONLY),
-                            "--network-mode", "none", "--no-operator-wait"],
-    # TCP only, with the Horovod tuning flags and extra model arguments.
-    "slurm-2n-tcp.sbatch": ["slurm", *job(2, *SLURM_PATHS, profile=["--profile", "tcp-only",
-                                                                    "--network-interface", "ens3"]),
-                            "--fusion-threshold-mb", "64", "--hierarchical-allreduce", "--timeline",
-                            "/results/rn50-2n/timeline.json", "--time", "1-00:00:00",
-                            "--", "--set", "fp16_allreduce=true"],
-    # BM.GPU4.8 in a container with PMIx (the node check then looks for enroot's hook), from a squashfs
-    # file on the shared file system, without NUMA binding.
-    "slurm-2n-gpu4-pmix.sbatch": ["slurm", *replace(job(2, *SLURM_PATHS, profile=GPU4), "--image",
-                                                    "/shared/images/mlperf-hvd-suite.sqsh"),
-                                  "--mpi", "pmix", "--no-numa-bind"],
-    # Bare metal with a CPU profile: what a Slurm cluster without Pyxis or GPUs runs.
-    "slurm-2n-bare-metal-cpu.sbatch": ["slurm", *without(job(2, *SLURM_PATHS, preset="tiny_cpu",
-                                                             profile=["--profile", "local-cpu"]), "--image"),
-                                       "--bare-metal", "--ntasks-per-node", "2", "--suite-dir",
-                                       "/shared/mlperf-hvd-suite", "--python",
-                                       "/shared/mlperf-hvd-suite/.venv/bin/python"],
-    # The sweep over 1 and 2 nodes inside one 2-node allocation, then its report.
-    "slurm-2n-bare-metal-sweep.sbatch": ["slurm", *without(job(2, *SLURM_PATHS, preset="tiny_cpu",
-                                                               profile=["--profile", "local-cpu"]),
-                                                           "--image"),
-                                         "--bare-metal", "--ntasks-per-node", "2", "--suite-dir",
-                                         "/shared/mlperf-hvd-suite", "--python",
-                                         "/shared/mlperf-hvd-suite/.venv/bin/python", "--sweep", "1,2",
-                                         "--runs", "1"],
-    # BM.GPU4.8 on OKE: a launcher pinned to the workers' shape (names then match, no subnet needed),
-    # a private registry, bounded workers, no NUMA binding.
-    "mpijob-2n-gpu4.yaml": ["k8s", *job(2, *K8S_PATHS, profile=["--profile", "oci-bm-gpu4-8",
-                                                                "--network-interface", "eth0"]),
-                            "--launcher-instance-type", "BM.GPU4.8", "--image-pull-secret", "ocir-pull",
-                            "--worker-cpu", "96", "--worker-memory", "1Ti", "--shm-size", "64Gi",
-                            "--no-numa-bind"],
-}
-DOCKERFILES = {"Dockerfile.gpu": ["dockerfile"], "Dockerfile.cpu": ["dockerfile", "--device", "cpu"]}
-
-
-@pytest.fixture(autouse=True)
-def no_cluster_tools(monkeypatch):
-    """The renderer asks sinfo, sacctmgr and kubectl where they answer: here they never do, unless a
-    test gives stand-ins."""
-    monkeypatch.setattr(deploy_job, "QUERY_PATH", os.devnull)
-
-
-def render(argv):
-    """The rendered text, in process (fast); the CLI itself is tested through subprocesses below."""
-    own, model = launch.split_argv(argv)
-    args = deploy.build_parser().parse_args(own)
-    files, _ = deploy.render(args, model, argv)
-    return next(iter(files.values()))
-
-
-def deploy_cli(*args, **env):
-    return run([sys.executable, "-m", "suite.cluster.deploy", *args], timeout=60, **env)
-
-
-def check_golden(path, text):
-    if REGENERATE:
-        deploy_job.write_out(path, text)
-        return
-    assert os.path.exists(path), f"no golden {path}; create it with DEPLOY_REGENERATE=1 (see the module doc)"
-    with open(path) as handle:
-        expected = handle.read()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), path,
-                                            "rendered"))
-        pytest.fail(f"rendering drifted from {path} (DEPLOY_REGENERATE=1 to accept):\n{diff[:4000]}")
-
-
-def assert_one_line_error(result, *culprits):
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("note: ")]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for culprit in culprits:
-        assert culprit in lines[0], lines[0]
-    assert result.stdout == ""
-    return lines[0]
-
-
-def shellcheck(path):
-    """shellcheck is part of the set-up (scripts/setup.sh installs it); its absence is a failure."""
-    if shutil.which("shellcheck") is None:
-        pytest.fail("shellcheck is not installed: run `make setup` (scripts/setup.sh installs it) "
-                    "or apt-get install shellcheck")
-    result = subprocess.run(["shellcheck", "--shell=bash", str(path)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def bash_syntax(path):
-    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+pytestmark = pytest.mark.usefixtures("no_cluster_tools")
 
 
 # --- goldens -------------------------------------------------------------------------------------
@@ -379,170 +235,6 @@ def test_pyxis_image_names(image, expected):
 
 
 # --- Kubernetes ----------------------------------------------------------------------------------
-
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-# MPIJobSpec and ReplicaSpec fields (mpi-operator pkg/apis/kubeflow/v2beta1/types.go); kubectl's strict
-# field validation rejects anything else.
-SPEC_FIELDS = {"slotsPerWorker", "runLauncherAsWorker", "runPolicy", "mpiReplicaSpecs", "sshAuthMountPath",
-               "launcherCreationPolicy", "mpiImplementation"}
-REPLICA_FIELDS = {"replicas", "template", "restartPolicy"}
-# The LauncherCreationPolicy constants of the same types.go (the only values the controller acts on).
-LAUNCHER_CREATION_POLICIES = {"AtStartup", "WaitForWorkersReady"}
-# validation.go's validMPIImplementations, validCleanPolicies, validRestartPolicies.
-MPI_IMPLEMENTATIONS = {"OpenMPI", "Intel", "MPICH"}
-# Kubernetes pkg/apis/core/types.go (DNSPolicy) and pkg/apis/core/validation/validation.go
-# (supportedHostPathTypes).
-DNS_POLICIES = {"ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"}
-HOST_PATH_TYPES = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice",
-                   "BlockDevice"}
-VOLUME_SOURCES = {"emptyDir", "hostPath", "persistentVolumeClaim"}
-PROBE_HANDLERS = {"exec", "httpGet", "tcpSocket", "grpc"}
-# Multus network selection: [namespace/]name[@interface], comma-separated.
-NETWORK_ENTRY = re.compile(r"^([a-z0-9][-a-z0-9]*/)?[a-z0-9][-a-z0-9.]*(@[\w.-]+)?$")
-
-
-def validate_mpijob(doc):
-    """What the MPI Operator's own validation requires of a v2beta1 MPIJob (mpi-operator
-    pkg/apis/kubeflow/validation/validation.go), with every field set rather than defaulted, and the
-    pod-level rules of Kubernetes for the fields the renderer sets."""
-    assert doc["apiVersion"] == "kubeflow.org/v2beta1" and doc["kind"] == "MPIJob"
-    spec, name = doc["spec"], doc["metadata"]["name"]
-    assert set(spec) <= SPEC_FIELDS, set(spec) - SPEC_FIELDS
-    replicas = spec["mpiReplicaSpecs"]
-    assert set(replicas) == {"Launcher", "Worker"}
-    workers = replicas["Worker"]["replicas"]
-    # validateMPIJobName: <name>-worker-<replicas-1> must be a DNS-1035 label.
-    assert name[0].isalpha() and DNS_LABEL.match(f"{name}-worker-{workers - 1}"), name
-    assert isinstance(spec["slotsPerWorker"], int) and spec["slotsPerWorker"] >= 0
-    check_run_policy(spec["runPolicy"])
-    assert spec["sshAuthMountPath"] and spec["mpiImplementation"] in MPI_IMPLEMENTATIONS
-    assert spec.get("launcherCreationPolicy", "AtStartup") in LAUNCHER_CREATION_POLICIES
-    assert replicas["Launcher"]["replicas"] == 1 and workers >= 1
-    for replica in replicas.values():
-        assert set(replica) <= REPLICA_FIELDS
-        assert replica["restartPolicy"] in ("Never", "OnFailure")
-        template = replica["template"]
-        containers = template["spec"]["containers"]
-        assert containers and all(c["name"] and c["image"] for c in containers)
-        check_pod(template)
-        for container in containers:
-            check_container(container, template["spec"])
-    # Workers are Guaranteed pods, their /dev/shm bounded and inside their memory limit; they run on the
-    # nodes of one instance type where the renderer knows it.
-    worker = replicas["Worker"]["template"]["spec"]
-    assert guaranteed(worker), worker["containers"][0].get("resources")
-    shm = next(v for v in worker["volumes"] if v["name"] == "dshm")["emptyDir"]
-    assert quantity(shm["sizeLimit"]) < quantity(worker["containers"][0]["resources"]["limits"]["memory"])
-
-
-def check_run_policy(policy):
-    assert policy["cleanPodPolicy"] in ("None", "Running", "All")
-    for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
-        assert policy.get(key, 0) >= 0, key
-
-
-QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
-SUFFIXES = {None: 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "Ki": 2**10, "Mi": 2**20,
-            "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
-# Label values (Kubernetes apimachinery validation IsValidLabelValue): 63 characters at most.
-LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-# The PodSpec fields the renderer sets (Kubernetes pkg/apis/core/types.go); strict validation rejects others.
-POD_FIELDS = {"containers", "volumes", "hostNetwork", "dnsPolicy", "hostIPC", "nodeSelector",
-              "imagePullSecrets"}
-
-
-def quantity(value):
-    if isinstance(value, int):
-        return value
-    match = QUANTITY.match(value)
-    return float(match[1]) * SUFFIXES[match[3]]
-
-
-def guaranteed(pod):
-    """Kubernetes' Guaranteed QoS: every container has cpu and memory limits, and requests equal to them."""
-    for container in pod["containers"]:
-        resources = container.get("resources", {})
-        limits, requests = resources.get("limits", {}), resources.get("requests", resources.get("limits", {}))
-        if not {"cpu", "memory"} <= set(limits) or any(requests.get(k, v) != v for k, v in limits.items()):
-            return False
-    return True
-
-
-def check_pod(template):
-    pod = template["spec"]
-    assert set(pod) <= POD_FIELDS, set(pod) - POD_FIELDS
-    for key, value in pod.get("nodeSelector", {}).items():
-        assert LABEL_KEY.match(key) and isinstance(value, str) and LABEL_VALUE.match(value), (key, value)
-    for secret in pod.get("imagePullSecrets", []):
-        assert set(secret) == {"name"} and K8S_NAME.match(secret["name"]), secret
-    assert pod.get("dnsPolicy", "ClusterFirst") in DNS_POLICIES
-    # kubelet resolves ClusterFirst like Default on a host-network pod: only ClusterFirstWithHostNet
-    # reaches the cluster DNS that knows the worker names of the hostfile.
-    if pod.get("hostNetwork"):
-        assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
-    names = [volume["name"] for volume in pod.get("volumes", [])]
-    assert len(names) == len(set(names)) and all(DNS_LABEL.match(n) for n in names), names
-    for volume in pod.get("volumes", []):
-        sources = set(volume) - {"name"}
-        assert len(sources) == 1 and sources <= VOLUME_SOURCES, volume
-        if "emptyDir" in volume:
-            assert set(volume["emptyDir"]) <= {"medium", "sizeLimit"}
-            assert QUANTITY.match(volume["emptyDir"].get("sizeLimit", "1")), volume
-        if "hostPath" in volume:
-            assert volume["hostPath"]["path"].startswith("/")
-            assert volume["hostPath"].get("type", "") in HOST_PATH_TYPES
-    networks = template["metadata"].get("annotations", {}).get("k8s.v1.cni.cncf.io/networks")
-    if networks is not None:
-        assert all(NETWORK_ENTRY.match(entry) for entry in networks.split(",")), networks
-
-
-def check_container(container, pod_spec):
-    names = [item["name"] for item in container.get("env", [])]
-    assert len(names) == len(set(names)), names
-    assert all(isinstance(item["value"], str) for item in container.get("env", []))
-    volumes = {volume["name"]: volume for volume in pod_spec.get("volumes", [])}
-    paths = [mount["mountPath"] for mount in container.get("volumeMounts", [])]
-    assert len(paths) == len(set(paths)), paths
-    for mount in container.get("volumeMounts", []):
-        assert mount["name"] in volumes, mount
-    probe = container.get("readinessProbe")
-    if probe is not None:
-        assert len(set(probe) & PROBE_HANDLERS) == 1, probe
-        assert 1 <= probe["tcpSocket"]["port"] <= 65535 and probe.get("periodSeconds", 10) >= 1
-    security = container.get("securityContext", {})
-    assert isinstance(security.get("privileged", False), bool)
-    assert all(isinstance(cap, str) for cap in security.get("capabilities", {}).get("add", []))
-    resources = container.get("resources", {})
-    assert set(resources) <= {"requests", "limits"}, resources
-    for kind in resources.values():
-        for key, value in kind.items():
-            assert isinstance(value, int) and value > 0 or isinstance(value, str) and QUANTITY.match(value), \
-                (key, value)
-    # A request above its limit is refused by the API server.
-    for key, value in resources.get("requests", {}).items():
-        if key in resources.get("limits", {}):
-            assert quantity(value) <= quantity(resources["limits"][key]), key
-
-
-def workers_of(doc):
-    return doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
-
-
-def launcher_of(doc):
-    return doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-
-
-def pods_of(doc):
-    replicas = doc["spec"]["mpiReplicaSpecs"]
-    return [replicas[kind]["template"]["spec"] for kind in ("Launcher", "Worker")]
-
-
-def mpirun_words(doc):
-    script = launcher_of(doc)["args"][0]
-    return shlex.split(script[script.index("exec mpirun"):].replace("\\\n", " "))
-
 
 @pytest.mark.parametrize("name", sorted(n for n in CASES if n.endswith(".yaml")))
 def test_mpijobs_are_valid(name, tmp_path):
@@ -1156,16 +848,6 @@ def test_cli_errors(case):
 
 def test_out_is_a_folder(tmp_path):
     assert_one_line_error(deploy_cli(*K8S, "--out", str(tmp_path)), f"--out {tmp_path}", "folder")
-
-
-def cluster_tools(tmp_path, **outputs):
-    """Stand-in sinfo, sacctmgr or kubectl printing the given text, in a folder of their own."""
-    bin_dir = tmp_path / "cluster-tools"
-    bin_dir.mkdir()
-    for name, text in outputs.items():
-        (bin_dir / name).write_text(f"#!/bin/bash\nprintf '%s\\n' {shlex.quote(text)}\n")
-        (bin_dir / name).chmod(0o755)
-    return str(bin_dir)
 
 
 def test_partition_and_account_are_checked_where_slurm_answers(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from conftest import read_json, read_log, run
+from helpers.running import run
+from helpers.runs import read_json, read_log
 
 
 @pytest.fixture(scope="module")

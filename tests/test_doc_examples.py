@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, imported_modules, subprocess_env
+from helpers.running import REPO, imported_modules, subprocess_env
 
 DOCS = ("docs/launching.md", "hostfiles/README.md")
 # Pages whose every bash block is marked on the line above it: `<!-- doc-test: run -->` blocks run in

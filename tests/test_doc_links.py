@@ -3,7 +3,7 @@ import glob
 import os
 import re
 
-from conftest import REPO
+from helpers.running import REPO
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run
+from helpers.running import REPO, run
 from suite.cluster import launch as launch_module
 from suite.common import benchmarks, modelargs
 from test_launch_cli import assert_one_line_error, launch, node_hostfile

@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 
-from conftest import REPO, container_check_run
+from helpers.running import REPO, container_check_run
 
 # Every name under which PyPI ships a TensorFlow build (the list the image's check uses).
 TENSORFLOW_DISTRIBUTIONS = container_check_run().TENSORFLOW_DISTRIBUTIONS

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import run
+from helpers.running import run
 
 
 @pytest.mark.slow

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from conftest import REPO, TINY, read_json, read_log, run, subprocess_env, train_cmd
-from jobs import alive, assert_ends_closed, long_training, start_long_run
+from helpers.jobs import alive, assert_ends_closed, long_training, start_long_run
+from helpers.running import REPO, TINY, run, subprocess_env, train_cmd
+from helpers.runs import read_json, read_log
 
 # How long the job may take to end once the launcher was told to stop.
 STOP_BOUND_SECONDS = 30

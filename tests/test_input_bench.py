@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, run
+from helpers.running import REPO, run
 
 SCRIPT = os.path.join(REPO, "bench", "input_pipeline.py")
 

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from conftest import TINY, check_log, read_json, read_log, run, train_cmd
+from helpers.running import TINY, run, train_cmd
+from helpers.runs import check_log, read_json, read_log
 
 # The Gloo run also compresses its gradients to fp16 for the allreduce.
 EXTRA = {"horovodrun-gloo": ["--set", "fp16_allreduce=true"]}

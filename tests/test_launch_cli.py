@@ -10,7 +10,8 @@ import types
 
 import pytest
 
-from conftest import REPO, read_json, run
+from helpers.running import REPO, run
+from helpers.runs import read_json
 from suite.common import profiles
 
 # The OCI BM.GPU.GM4.8 (A100-v2.8) settings, typed in from the sources rather than read from the

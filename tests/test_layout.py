@@ -11,9 +11,9 @@ import pytest
 import suite.cluster
 import suite.common
 from suite.common import benchmarks
-from conftest import REPO, run
-from test_deploy import CASES
-from test_report import make_sweep
+from helpers.deploy import CASES
+from helpers.report import make_sweep
+from helpers.running import REPO, run
 
 HEAVY = ("tensorflow", "horovod", "tf_keras", "keras")
 

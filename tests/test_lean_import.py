@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import suite
-from conftest import REPO, imported_modules
+from helpers.running import REPO, imported_modules
 
 
 def test_a_held_back_module_cannot_be_imported_inside_and_imports_after():

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from conftest import REPO, check_log, container_check_run, read_json, read_log, run
+from helpers.running import REPO, container_check_run, run
+from helpers.runs import check_log, read_json, read_log
 from test_attribution import assert_attribution_adds_up
 
 # `make demo` with its 2 ranks and its timeline (a core's worth on rank 0): `make test`'s second phase,

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from made_logs import run_lines, write_folder
-from published import DELL_8, DELL_32, PAIRS
+from helpers.made_logs import run_lines, write_folder
+from helpers.published import DELL_8, DELL_32, PAIRS
 from suite.cluster import measured_time_to_train
 from suite.common import time_to_train_split
 from suite.common.results import LogError

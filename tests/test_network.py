@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import run
+from helpers.running import run
 from suite.common import profiles
 from suite.train import network
 

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from test_deploy import CASES, render, workers_of
+from helpers.deploy import CASES, render, workers_of
 from suite.common import profiles
 
 HOST = socket.gethostname()

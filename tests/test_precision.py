@@ -6,7 +6,8 @@ launcher test (tests/test_launch.py).
 """
 import pytest
 
-from conftest import TINY, check_log, read_json, run, train_cmd
+from helpers.running import TINY, run, train_cmd
+from helpers.runs import check_log, read_json
 
 
 def _train_ok(run_dir, *sets, launcher=(), np=1):

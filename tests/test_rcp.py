@@ -5,7 +5,7 @@ import logging
 import pytest
 from mlperf_logging.rcp_checker import rcp_checker
 
-from made_logs import run_lines, write_folder
+from helpers.made_logs import run_lines, write_folder
 from suite.cluster import rcp
 from suite.common.config import resolve
 

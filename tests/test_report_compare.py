@@ -6,12 +6,12 @@ import subprocess
 
 import pytest
 
-from made_logs import run_lines, write_folder
-from published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
+from helpers.made_logs import run_lines, write_folder
+from helpers.published import BERT_64, BERT_8, DELL_32, DELL_8, FOLDERS
+from helpers.report import SUBMITTER, make_sweep, one_line_error, report_cli, snapshot, table_with
 from suite.cluster import rcp, report
 from suite.cluster.measured_time_to_train import summarize
 from suite.cluster.results_folder import read_folder
-from test_report import SUBMITTER, make_sweep, one_line_error, report_cli, snapshot, table_with
 from test_results_folder import summarizer_arithmetic
 
 

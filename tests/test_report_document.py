@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from conftest import run
+from helpers.report import build, system, table_with, tables
+from helpers.running import run
 from suite.cluster.report import document, projection, sweep_folder
-from test_report import build, system, table_with, tables
 
 
 def test_the_network_of_every_run_is_shown(built):

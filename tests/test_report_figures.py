@@ -5,9 +5,9 @@ import os
 import pytest
 
 from suite.cluster.report import figures, sweep_folder
-from test_report import (BENCH, ONE_RANK, PART_COLUMNS, STEPS_TIMED, SUBMITTER, TIMES, WEAK_SPLIT, build,
-                         make_sweep, olympic_by_hand, parse_minutes, projection_table, summary, system,
-                         table_with)
+from helpers.report import (BENCH, ONE_RANK, PART_COLUMNS, STEPS_TIMED, SUBMITTER, TIMES, WEAK_SPLIT, build,
+                            make_sweep, olympic_by_hand, parse_minutes, projection_table, summary, system,
+                            table_with)
 
 
 def test_tables_hold_the_numbers_in_the_logs(built):

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from suite.cluster.report import plots, sweep_folder
-from test_report import PART_COLUMNS, STRONG_SPLIT, make_sweep, system
+from helpers.report import PART_COLUMNS, STRONG_SPLIT, make_sweep, system
 
 
 def test_plots_are_valid_pngs_and_the_html_embeds_them(built):

@@ -4,8 +4,8 @@ import os
 
 from suite.cluster import report, scaling
 from suite.cluster.report import figures, projection, sweep_folder
-from test_report import (GRADIENT, PLATEAU_BUSBW, STATUS, TIMES, WITH_PLATEAU, build, make_sweep,
-                         per_rank_median, projection_table, report_cli, system, top_of)
+from helpers.report import (GRADIENT, PLATEAU_BUSBW, STATUS, TIMES, WITH_PLATEAU, build, make_sweep,
+                            per_rank_median, projection_table, report_cli, system, top_of)
 
 
 def test_without_allreduce_there_is_no_projection(tmp_path):

@@ -2,7 +2,7 @@
 import re
 
 from suite.cluster.report import published
-from test_report import olympic_by_hand, table_with
+from helpers.report import olympic_by_hand, table_with
 
 
 def test_published_references_carry_their_sources(built):

@@ -5,7 +5,7 @@ import pytest
 
 from suite.cluster.report import cli, sweep_folder
 from suite.common import results
-from test_report import BENCH, SUBMITTER, TIMES, make_sweep, one_line_error, report_cli, system, write
+from helpers.report import BENCH, SUBMITTER, TIMES, make_sweep, one_line_error, report_cli, system, write
 
 
 def test_missing_and_non_sweep_folders(tmp_path):

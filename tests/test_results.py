@@ -1,6 +1,6 @@
 """suite.common.results: one MLPerf log read."""
 from suite.common import results
-from test_report import BENCH, log_text
+from helpers.report import BENCH, log_text
 
 
 def test_read_run(tmp_path):

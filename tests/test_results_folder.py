@@ -9,8 +9,8 @@ import pytest
 from mlperf_logging.compliance_checker.mlp_parser import parse_file
 from mlperf_logging.result_summarizer import result_summarizer
 
-from made_logs import line, run_lines, write_folder
-from published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
+from helpers.made_logs import line, run_lines, write_folder
+from helpers.published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
 from suite.common.results import LogError
 from suite.cluster.results_folder import FolderError, read_folder
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import run
+from helpers.running import run
 from suite.cluster import scaling
 from suite.cluster.scaling import Scenario, beside_measured, project, ring_allreduce_seconds
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import REPO, TINY, check_log, read_json, read_log
-from jobs import alive, long_training, processes_of, started, wait_for
+from helpers.jobs import alive, long_training, processes_of, started, wait_for
+from helpers.running import REPO, TINY
+from helpers.runs import check_log, read_json, read_log
 from slurmcluster import PARTITION, SlurmCluster, SlurmUnavailable, unavailable
 from suite.cluster import slurmcheck
 

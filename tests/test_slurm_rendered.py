@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import REPO, SHORT_BERT, check_log, read_json, read_log
+from helpers.running import REPO, SHORT_BERT
+from helpers.runs import check_log, read_json, read_log
 from slurmcluster import PARTITION
 
 # The session's namespace Slurm cluster: `make test`'s second phase, alone (docs/testing.md).

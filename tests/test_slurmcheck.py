@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import run
+from helpers.running import run
 from suite.cluster import slurmcheck
 
 # `srun --mpi=list` of Debian's Slurm 22.05 with slurm-wlm-basic-plugins, as printed on the test cluster.

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import TINY, read_log, run
+from helpers.running import TINY, run
+from helpers.runs import read_log
 from suite.train.session import cleared_on_every_host
 
 OLD_ATIME = 1_000_000_000  # 2001: older than any mtime, so the first read after it moves the atime

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from conftest import REPO, read_json, read_log, run, subprocess_env
-from jobs import processes_of, started, wait_for
+from helpers.jobs import processes_of, started, wait_for
+from helpers.running import REPO, run, subprocess_env
+from helpers.runs import read_json, read_log
 from test_launch_cli import OCI_ENV, node_hostfile
 from test_sweep_faults import STOP_BOUND_SECONDS, temp_files
 from suite.cluster import guardian, hostfile

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from conftest import REPO, run, subprocess_env
-from jobs import alive, wait_for
+from helpers.jobs import alive, wait_for
+from helpers.running import REPO, run, subprocess_env
 from suite.cluster import guardian
 from suite.cluster.sweep import planning, running, submission
 from suite.common import runfiles

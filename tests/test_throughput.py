@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from conftest import TINY, read_json, run, train_cmd
+from helpers.running import TINY, run, train_cmd
+from helpers.runs import read_json
 from suite.common.accelerators import PEAK_TFLOPS, peak_tflops
 from suite.common.config import ConfigError, resolve
 

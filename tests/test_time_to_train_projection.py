@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from conftest import run
-from made_logs import run_lines, write_folder
-from published import BERT_8, BERT_64, DELL_8, DELL_32
+from helpers.made_logs import run_lines, write_folder
+from helpers.published import BERT_64, BERT_8, DELL_32, DELL_8
+from helpers.running import run
 from suite.cluster import scaling
 from suite.cluster import measured_time_to_train
 from suite.cluster.results_folder import read_folder

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import TINY, check_log, host_env, on_first_host, read_json, read_log
-from jobs import (assert_ends_closed, assert_every_link_carried_the_gradients, assert_killed_rank_named,
-                  long_training, run_watching_links, start_long_run)
+from helpers.jobs import (assert_ends_closed, assert_every_link_carried_the_gradients,
+                          assert_killed_rank_named, long_training, run_watching_links, start_long_run)
+from helpers.running import TINY, host_env, on_first_host
+from helpers.runs import check_log, read_json, read_log
 from twohosts import LINK, ClusterUnavailable, TwoHosts
 from suite.cluster import hostfile as hostfile_format
 from suite.common import profiles

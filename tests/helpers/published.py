@@ -1,7 +1,7 @@
 """The published MLPerf result folders kept under tests/data/published (their READMEs name the sources)."""
 import os
 
-from conftest import REPO
+from helpers.running import REPO
 
 ROOT = os.path.join(REPO, "tests", "data", "published")
 DELL = os.path.join(ROOT, "training_results_v1.1", "Dell", "results")

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from conftest import REPO, TINY, read_json, read_log, subprocess_env
+from helpers.running import REPO, TINY, subprocess_env
+from helpers.runs import read_json, read_log
 
 
 def processes_of(run_dir):
