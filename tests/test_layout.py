@@ -1,5 +1,5 @@
 """The two worlds stay apart: the login-node side (suite.cluster, suite.common, the models' presets) runs
-without TensorFlow or Horovod, and the old `python -m suite.X` paths users type still work."""
+without TensorFlow or Horovod."""
 import ast
 import importlib
 import os

@@ -124,7 +124,8 @@ def check_golden(path, text):
     if REGENERATE:
         deploy_job.write_out(path, text)
         return
-    assert os.path.exists(path), f"no golden {path}; create it with DEPLOY_REGENERATE=1 (see the module doc)"
+    assert os.path.exists(path), (f"no golden {path}; create it with DEPLOY_REGENERATE=1 "
+                                  f"(tests/test_deploy.py's module doc)")
     with open(path) as handle:
         expected = handle.read()
     if text != expected:
