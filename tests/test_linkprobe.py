@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from conftest import REPO
+from helpers.running import REPO
 from suite.common import linkprobe, profiles
 
 HOSTS = ["a", "b", "c", "d"]

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, subprocess_env
+from helpers.running import REPO, subprocess_env
 
 pytestmark = pytest.mark.slow
 
