@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers.bert_reference import ATOL, PRED, RTOL, SEQ, TINY, np_forward, random_features, random_weights
 from models.bert import checkpoint
 from models.bert import model as bert
-from test_bert_model import ATOL, PRED, RTOL, SEQ, TINY, np_forward, random_features, random_weights
 
 PHASE1 = "model.ckpt-28252"
 # What a LAMB-trained reference checkpoint carries besides the weights.

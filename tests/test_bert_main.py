@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 
+from helpers.failures import (assert_aborted, assert_not_started, assert_one_line_error, assert_ranks_report,
+                              rank_lines)
 from models.bert.presets import PRESETS
 from helpers.running import BERT_PRED as PRED, BERT_SEQ as SEQ, run, train_cmd
 from helpers.runs import assert_fails_only_on_accuracy, check_log, read_json, read_log
-from test_bad_input import (assert_aborted, assert_not_started, assert_one_line_error, assert_ranks_report,
-                            rank_lines)
 
 BERT_LARGE_JSON = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
                    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 4096,

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers.bert_reference import PRED, SEQ, TINY, random_features, random_labels
 from models.bert import model as bert
 from models.bert import optim
-from test_bert_model import PRED, SEQ, TINY, random_features, random_labels
 
 RTOL = 1e-5
 ATOL = 1e-6

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from helpers.atimes import age_atimes, first_reads, require_read_atimes
 from helpers.running import run
 from helpers.runs import read_json
-from test_start_line import age_atimes, first_reads, require_read_atimes
 
 
 def record_files(data_dir):

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
+from helpers.launch_cli import assert_one_line_error, launch, node_hostfile
 from helpers.running import REPO, run
 from suite.cluster import launch as launch_module
 from suite.common import benchmarks, modelargs
-from test_launch_cli import assert_one_line_error, launch, node_hostfile
 
 OCI = ["--profile", "oci-bm-gpu-gm4-8"]
 RESNET = ["models.resnet50", "--data-dir", "/data/imagenet"]

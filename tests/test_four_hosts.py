@@ -18,15 +18,15 @@ from dataclasses import dataclass
 
 import pytest
 
+from helpers.failures import TAG
 from helpers.four_node import filled_hostfile
 from helpers.jobs import (assert_ends_closed, assert_every_link_carried_the_gradients,
                           assert_killed_rank_named, long_training, run_watching_links, start_long_run)
+from helpers.launch_paths import FAULT_BOUND_SECONDS, LAUNCHES, SEEN_AS
 from helpers.report import table_with
 from helpers.running import REPO, SHORT_BERT, host_env, on_first_host, run
 from helpers.runs import check_log, read_json, read_log
-from test_bad_input import TAG
-from test_sweep import ASK_FOR_TIMELINE, SUBMITTER
-from test_two_hosts import FAULT_BOUND_SECONDS, LAUNCHES, SEEN_AS
+from helpers.sweep import ASK_FOR_TIMELINE, SUBMITTER
 from twohosts import LINK
 from suite.cluster import hostfile as hostfile_format
 from suite.cluster.launch import FQDN_VARIABLE

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from helpers.attribution import assert_attribution_adds_up
 from helpers.running import REPO, container_check_run, run
 from helpers.runs import check_log, read_json, read_log
-from test_attribution import assert_attribution_adds_up
 
 # `make demo` with its 2 ranks and its timeline (a core's worth on rank 0): `make test`'s second phase,
 # beside at most one other heavy test (docs/testing.md).

@@ -8,11 +8,11 @@ import pytest
 
 from helpers.made_logs import run_lines, write_folder
 from helpers.published import DELL_8, DELL_32, PAIRS
+from helpers.summarizer import ranks_and_noise
 from suite.cluster import measured_time_to_train
 from suite.common import time_to_train_split
 from suite.common.results import LogError
 from suite.cluster.results_folder import read_folder
-from test_results_folder import ranks_and_noise
 
 
 def split(tmp_path, lines, **folder):

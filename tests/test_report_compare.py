@@ -9,10 +9,10 @@ import pytest
 from helpers.made_logs import run_lines, write_folder
 from helpers.published import BERT_64, BERT_8, DELL_32, DELL_8, FOLDERS
 from helpers.report import SUBMITTER, make_sweep, one_line_error, report_cli, snapshot, table_with
+from helpers.summarizer import summarizer_arithmetic
 from suite.cluster import rcp, report
 from suite.cluster.measured_time_to_train import summarize
 from suite.cluster.results_folder import read_folder
-from test_results_folder import summarizer_arithmetic
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,15 @@
 """Reading MLPerf results folders of other submitters: the score equals result_summarizer's, logs of other
 frameworks and ranks are read, and bad input is one line naming the file or folder."""
-import glob
 import json
 import logging
 import os
 
 import pytest
-from mlperf_logging.compliance_checker.mlp_parser import parse_file
 from mlperf_logging.result_summarizer import result_summarizer
 
 from helpers.made_logs import line, run_lines, write_folder
 from helpers.published import BERT_8, BERT_64, DELL_8, DELL_32, FOLDERS
+from helpers.summarizer import ranks_and_noise, summarizer_arithmetic
 from suite.common.results import LogError
 from suite.cluster.results_folder import FolderError, read_folder
 
@@ -21,16 +20,6 @@ def summarizer_score(folder, ruleset):
     score, _, _ = result_summarizer._compute_strong_score_standalone(benchmark, system, False, folder,
                                                                      "training", ruleset)
     return score
-
-
-def summarizer_arithmetic(folder, ruleset):
-    """result_summarizer's own start/stop query and olympic average on the parsed logs, without its
-    compliance step (every run counted)."""
-    scores = []
-    for path in glob.glob(os.path.join(folder, "result_*.txt")):
-        start, stop = result_summarizer._query_run_start_stop(parse_file(path, ruleset=ruleset)[0])
-        scores.append((stop - start) / 60 / 1000)
-    return result_summarizer._compute_olympic_average(scores, 0, 1)
 
 
 @pytest.mark.parametrize("folder, ruleset, gpus", FOLDERS, ids=lambda v: os.path.basename(str(v)))
@@ -65,17 +54,6 @@ def test_system_description_gives_the_gpus_and_the_caller_can_override_it():
     assert (dell.gpus, dell.gpus_per_node, dell.system, dell.benchmark, dell.global_batch_size) == (
         32, 4, "8xR750xax4A100-PCIE-80GB", "resnet", 13056)
     assert read_folder(DELL_32[0], "1.1.0", gpus=16).gpus == 16
-
-
-def ranks_and_noise(lines):
-    """The log as a launcher with two ranks prints it: rank prefixes, each MLLOG line twice (the other
-    rank's copy a millisecond later), and framework output in between."""
-    out = ["+ srun -N 2 python train.py", "WARNING: tensorflow: some framework warning"]
-    for text in lines:
-        event = json.loads(text.split(":::MLLOG ", 1)[1])
-        copy = dict(event, time_ms=event["time_ms"] + 1)
-        out += [f"0: {text}", f"1: :::MLLOG {json.dumps(copy)}", "epoch 3 step 40 loss 1.234 (12.5 img/s)"]
-    return out
 
 
 def test_logs_with_rank_prefixes_duplicates_and_framework_output_are_read(tmp_path):

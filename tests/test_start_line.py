@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers.atimes import age_atimes, first_reads, require_read_atimes
 from helpers.running import TINY, run
 from helpers.runs import read_log
 from suite.train.session import cleared_on_every_host
 
-OLD_ATIME = 1_000_000_000  # 2001: older than any mtime, so the first read after it moves the atime
 ROOT_DELAY_SECONDS = 3  # per file: config.json and env.json before run_start
 # Between the start line and rank 0's run_start line: a rank let go before run_start is written (the
 # ranks once left one barrier together and rank 0 then wrote run_start) reads its shards in this gap.
@@ -25,32 +25,6 @@ RUN_START_DELAY_SECONDS = 2
 def record_files(data_dir):
     return sorted(os.path.join(data_dir, name) for name in os.listdir(data_dir)
                   if name.startswith(("train-", "validation-")))
-
-
-def age_atimes(paths):
-    for path in paths:
-        os.utime(path, ns=(OLD_ATIME * 10**9, os.stat(path).st_mtime_ns))
-
-
-def first_reads(paths):
-    """path -> time of its first read in ms since the epoch, for the files read since age_atimes."""
-    reads = {}
-    for path in paths:
-        atime = os.stat(path).st_atime_ns
-        if atime != OLD_ATIME * 10**9:
-            reads[path] = atime / 1e6
-    return reads
-
-
-def require_read_atimes(tmp_path):
-    """The proof rests on the file system moving an old atime on a read (relatime or strictatime)."""
-    probe = tmp_path / "atime-probe"
-    probe.write_bytes(b"x" * 4096)
-    age_atimes([str(probe)])
-    probe.read_bytes()
-    if not first_reads([str(probe)]):
-        pytest.fail(f"{tmp_path} does not record read times (mounted noatime?): this test cannot tell "
-                    f"when ranks first read the dataset")
 
 
 @pytest.fixture(scope="module")

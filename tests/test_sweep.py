@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from helpers.jobs import processes_of, started, wait_for
+from helpers.launch_cli import OCI_ENV, node_hostfile
 from helpers.running import REPO, run, subprocess_env
 from helpers.runs import read_json, read_log
-from test_launch_cli import OCI_ENV, node_hostfile
-from test_sweep_faults import STOP_BOUND_SECONDS, temp_files
+from helpers.sweep import ASK_FOR_TIMELINE, STOP_BOUND_SECONDS, SUBMITTER, temp_files
 from suite.cluster import guardian, hostfile
 from suite.cluster.sweep import planning, submission
 from suite.common import profiles
@@ -27,14 +27,8 @@ OCI = ["--profile", "oci-bm-gpu-gm4-8", "--network-interface", "eth0"]
 CLOSED = "8=closed_8xA100_gbs3264,16=closed_16xA100_gbs3264,32=closed_32xA100_gbs3264"
 LOCAL = ["--profile", "local-cpu", "--hostfile", "hostfiles/localhost", "--scales", "1,2",
          "--preset", "sweep_cpu"]
-SUBMITTER = "mlperf-hvd-suite"
 SYSTEMS = ("local-cpu_n1_np1", "local-cpu_n1_np2")
 ENV_LINE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-
-
-# On a CPU the runs record the timeline window of their step split only when asked for (it costs a
-# core on rank 0; suite/train/attribution.py): the shared sweep asks, so its report can split.
-ASK_FOR_TIMELINE = {"HOROVOD_TIMELINE": "DYNAMIC"}
 
 
 def sweep_cli(*args, timeout=60, **env):

@@ -15,12 +15,11 @@ import pytest
 
 from helpers.jobs import alive, wait_for
 from helpers.running import REPO, run, subprocess_env
+from helpers.sweep import STOP_BOUND_SECONDS, temp_files
 from suite.cluster import guardian
 from suite.cluster.sweep import planning, running, submission
 from suite.common import runfiles
 
-# The reliability requirement: a stopped job is gone within 30 s.
-STOP_BOUND_SECONDS = 30
 LOCAL = ["--profile", "local-cpu", "--hostfile", "hostfiles/localhost", "--scales", "1,2",
          "--preset", "sweep_cpu", "--", "models.resnet50", "--data-dir", "/data"]
 NO_SPACE = os.strerror(28)
@@ -293,10 +292,6 @@ def full_disk(tmp_path):
         yield mount, fill
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def temp_files(folder):
-    return [str(p) for p in folder.rglob("*") if runfiles.TEMP_NAME.match(p.name)]
 
 
 def planned(out):

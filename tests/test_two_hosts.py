@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 from dataclasses import dataclass
@@ -21,10 +20,10 @@ import pytest
 
 from helpers.jobs import (assert_ends_closed, assert_every_link_carried_the_gradients,
                           assert_killed_rank_named, long_training, run_watching_links, start_long_run)
+from helpers.launch_paths import FAULT_BOUND_SECONDS, LAUNCHES, SEEN_AS, launch_args
 from helpers.running import TINY, host_env, on_first_host
 from helpers.runs import check_log, read_json, read_log
 from twohosts import LINK, ClusterUnavailable, TwoHosts
-from suite.cluster import hostfile as hostfile_format
 from suite.common import profiles
 
 # Namespace hosts (mlh-h1, mlh-h2; a worker's number after mlh under pytest-xdist): `make test`'s second
@@ -85,10 +84,6 @@ def one_rank_each(tmp_path_factory):
 on_h1 = on_first_host  # h1 is the two-host cluster's first host
 
 
-def launch_args(hostfile, profile="local-cpu"):
-    return [sys.executable, "-m", "suite.cluster.launch", "--hostfile", hostfile, "--profile", profile]
-
-
 # ---- the pre-flight --------------------------------------------------------------------------------
 
 def test_host_check_passes_and_reports_both_hosts(cluster, hostfile):
@@ -143,27 +138,6 @@ def test_two_hosts_with_one_name_are_named(cluster, hostfile):
 
 
 # ---- training across the two hosts ----------------------------------------------------------------
-
-def _np(path):
-    """Every slot of the hostfile gets a rank."""
-    return ["-np", str(hostfile_format.total_slots(hostfile_format.parse(path)))]
-
-
-# Each launcher gets the profile another way: the model's --profile flag, the SUITE_PROFILE
-# variable (horovodrun forwards the environment; plain mpirun needs -x), and suite.cluster.launch.
-LAUNCHES = {
-    "horovodrun-gloo": lambda hf, pf: (["horovodrun", "--gloo", *_np(hf), "-hostfile", hf, "python"],
-                                       ["--profile", pf], {}),
-    "horovodrun-mpi": lambda hf, pf: (["horovodrun", "--mpi", *_np(hf), "-hostfile", hf, "python"], [],
-                                      {"SUITE_PROFILE": pf}),
-    "mpirun": lambda hf, pf: (["mpirun", "--allow-run-as-root", *_np(hf), "-hostfile", hf, "-x", "PATH",
-                               "-x", "PYTHONPATH", "-x", "SUITE_PROFILE", sys.executable], [],
-                              {"SUITE_PROFILE": pf}),
-    "suite.launch": lambda hf, pf: ([*launch_args(hf, pf), "--"], [], {}),
-}
-# What env.json records: horovodrun --mpi and suite.launch (horovodrun underneath) exec mpirun.
-SEEN_AS = {"horovodrun-gloo": ("horovodrun-gloo", "gloo"), "horovodrun-mpi": ("mpirun", "mpi"),
-           "mpirun": ("mpirun", "mpi"), "suite.launch": ("mpirun", "mpi")}
 
 
 # The launch that runs two ranks on each host (local ranks 0 and 1, as on a node of GPUs); the others
@@ -277,9 +251,6 @@ def test_require_rdma_stops_a_run_without_it_before_run_start(cluster, hostfile,
 
 
 # ---- faults ---------------------------------------------------------------------------------------
-
-# Every process of a job must be gone this long after one of its ranks was killed.
-FAULT_BOUND_SECONDS = 60
 
 
 # Every launch path but horovodrun --mpi, which execs the same mpirun as the "mpirun" path (env.json records

@@ -14,4 +14,12 @@ published.py  the published MLPerf result folders kept under tests/data/publishe
 report.py     hand-made sweep folders for suite.cluster.report, and parsers of what it writes
 deploy.py     suite.cluster.deploy's cases (the goldens' command lines), rendering and its CLI's errors
 mpijob.py     what the MPI Operator and Kubernetes require of a rendered MPIJob
+failures.py   how a failed run looks from outside: one error line, each rank's tagged lines, the log
+launch_cli.py suite.cluster.launch in a subprocess, the OCI profile's variables, filled hostfiles
+launch_paths.py  the launch paths a namespace cluster trains through, and how env.json names each
+sweep.py      the sweep tests' submitter, timeline request, stop bound and temporary files
+summarizer.py result_summarizer's arithmetic, and a log as a two-rank launcher prints it
+attribution.py   what a real multi-rank run's step split must satisfy
+atimes.py     when a rank first read a file, from its access time
+bert_reference.py  BERT's forward pass in NumPy, with a tiny config and random inputs
 """
