@@ -61,15 +61,17 @@ def test_report_json_factors_each_pair_and_they_multiply_to_the_measured_ratio(c
     assert dell["throughput_speedup"] > 3.8 and dell["convergence_ratio"] == pytest.approx(35 / 45, rel=0.01)
 
 
-def test_compare_alone_has_the_table_and_one_plot_per_benchmark(compared):
+def test_compare_alone_has_the_table_and_one_picture_per_benchmark(compared):
     out, _, markdown = compared
     rows = table_with(markdown, "olympic mean (min)")
-    assert sorted(row["GPUs (processes)"] for row in rows) == ["32", "64", "8", "8"]
+    assert sorted(row["GPUs"] for row in rows) == ["32", "64", "8", "8"]
     assert {row["benchmark"] for row in rows} == {"resnet", "bert"}
     assert len(table_with(markdown, "throughput ×")) == 2
     for benchmark in ("resnet", "bert"):
-        assert f"(time_to_train_split_{benchmark}.png)" in markdown
-        assert os.path.getsize(os.path.join(out, f"time_to_train_split_{benchmark}.png")) > 1000
+        assert f"(scaling_picture_{benchmark}.png)" in markdown
+        assert os.path.getsize(os.path.join(out, f"scaling_picture_{benchmark}.png")) > 1000
+        # Published evaluation and overhead are slivers: no split bars for them.
+        assert not os.path.exists(os.path.join(out, f"time_to_train_split_{benchmark}.png"))
     html = open(os.path.join(out, "report.html")).read()
     assert html.count("data:image/png;base64,") == 2
 
@@ -89,7 +91,9 @@ def test_compare_beside_a_sweep(tmp_path):
     assert sources.count("this sweep") == 2 and sources[-1] == DELL_8[0]
     markdown = open(os.path.join(folder, "report", "report.md")).read()
     rows = table_with(markdown, "olympic mean (min)")
-    assert [row["GPUs (processes)"] for row in rows] == ["1", "2", "8"]
+    assert [row["GPUs"] for row in rows] == ["1", "2", "8"]
+    assert [row["source"] for row in rows] == ["this sweep · test_n1_np1", "this sweep · test_n1_np2",
+                                               "Dell · 2xR750xax4A100-PCIE-80GB · v1.1"]
     # The sweep's own time-to-train table is still there, and its scales are factored against each other.
     assert table_with(markdown, "olympic mean (min, MLPerf: non-converged = ∞)")
     assert [(p["from"]["gpus"], p["to"]["gpus"]) for p in record["speedups"]] == [(1, 2)]
@@ -98,7 +102,7 @@ def test_compare_beside_a_sweep(tmp_path):
 def bad_published(tmp_path, case):
     if case == "not a results folder":
         os.makedirs(tmp_path / "empty")
-        return str(tmp_path / "empty"), ["empty", "not an MLPerf results folder"]
+        return str(tmp_path / "empty"), ["empty", "neither one nor a sweep folder"]
     if case == "unparsable log":
         folder = str(tmp_path / "Dell" / "results" / "sys" / "resnet")
         shutil.copytree(DELL_8[0], folder)
@@ -145,10 +149,11 @@ def test_compare_without_out_or_sweep_is_refused(capsys):
 def test_the_weak_and_the_strong_path_at_one_gpu_count_are_factored_term_by_term(tmp_path, capsys):
     # 32 GPUs either way. At 3,264: 4 blocks of 4 epochs, 60 s each; at 13,056: 5 blocks of 4 epochs,
     # 40 s each (more epochs, faster ones); 5 s of evaluation per block, 2 s start-up, 1 s between blocks.
-    strong = write_folder(str(tmp_path), [run_lines(batch=3264, blocks=4, block_ms=60_000)] * 5,
-                          system="strong", nodes=4)
-    weak = write_folder(str(tmp_path), [run_lines(batch=13056, blocks=5, block_ms=40_000)] * 5,
-                        system="weak", nodes=4)
+    # One system, two folders (two sweeps of it): a batch comparison within one system.
+    strong = write_folder(str(tmp_path / "strong"), [run_lines(batch=3264, blocks=4, block_ms=60_000)] * 5,
+                          system="gm4", nodes=4)
+    weak = write_folder(str(tmp_path / "weak"), [run_lines(batch=13056, blocks=5, block_ms=40_000)] * 5,
+                        system="gm4", nodes=4)
     out = tmp_path / "out"
     assert report.main(["--compare", strong, weak, "--out", str(out)]) == 0
     minutes_strong, minutes_weak = (2 + 4 * 65 + 3) / 60, (2 + 5 * 45 + 4) / 60
@@ -159,7 +164,8 @@ def test_the_weak_and_the_strong_path_at_one_gpu_count_are_factored_term_by_term
     assert choice["convergence_ratio"] == pytest.approx(16 / 20)
     assert choice["evaluation_and_overhead_ratio"] == pytest.approx((200 / 231) / (240 / 265))
     text = (out / "report.md").read_text()
-    assert (f"At 32 GPUs, global batch 13,056 ({weak}, weak) reaches the lower time to train: "
+    assert "different systems" not in text
+    assert (f"At 32 GPUs, global batch 13,056 (made · gm4 (2)) reaches the lower time to train: "
             f"{minutes_weak:.2f} min against {minutes_strong:.2f} min for global batch 3,264") in text
     assert f"×{minutes_strong / minutes_weak:.3f} = throughput ×1.500" in text
     assert "convergence ×0.800 (target samples 20,000 against 16,000)" in text

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from helpers.report import build, system, table_with, tables
+from helpers.published import FOLDERS
+from helpers.report import build, report_cli, system, table_with, tables
 from helpers.running import run
 from suite.cluster.report import document, projection, sweep_folder
 
@@ -75,9 +76,15 @@ window.addEventListener("load", function () {
             rows: table.querySelectorAll("tbody tr").length};
   });
   var banners = document.querySelectorAll("div.banner").length;
+  var headings = Array.prototype.map.call(document.querySelectorAll("h2"), function (h) {
+    return h.textContent;
+  });
+  var page = document.documentElement;
+  var widths = {scroll: page.scrollWidth, client: page.clientWidth, window: window.innerWidth};
   var out = document.createElement("pre");
   out.id = "render-check";
-  out.textContent = JSON.stringify({images: images, tables: tables, banners: banners});
+  out.textContent = JSON.stringify({images: images, tables: tables, banners: banners, headings: headings,
+                                    widths: widths});
   document.body.appendChild(out);
 });
 </script>
@@ -95,15 +102,17 @@ def chromium():
     pytest.skip("no chromium on this machine (apt-get install chromium)")
 
 
-def render(page_path, tmp_path):
-    """What headless chromium saw once the page loaded: {images, tables, banners}."""
+def render(page_path, tmp_path, width=1400):
+    """What headless chromium saw once the page loaded in a window `width` px wide: {images, tables,
+    banners, headings, widths}."""
     import html as htmllib
     with open(page_path) as handle:
         page = handle.read()
     checked = tmp_path / "checked.html"
     checked.write_text(page.replace("</body>", RENDER_CHECK + "</body>"))
     result = run([chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
-                  f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
+                  f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
+                  f"--window-size={width},1000", "--dump-dom",
                   checked.as_uri()], timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     found = re.search(r'<pre id="render-check">(.*?)</pre>', result.stdout, re.S)
@@ -116,7 +125,7 @@ def test_report_html_renders_in_a_browser(built, tmp_path):
     out = os.path.join(folder, "report")
     seen = render(os.path.join(out, "report.html"), tmp_path)
     pngs = sorted(name for name in os.listdir(out) if name.endswith(".png"))
-    assert len(seen["images"]) == len(pngs) == 7
+    assert len(seen["images"]) == len(pngs) == 8
     for image in seen["images"]:
         assert image["complete"] and image["width"] >= 600 and image["height"] >= 350, image
     # Every table of report.md is in the page, in order, with its header and its rows.
@@ -125,8 +134,9 @@ def test_report_html_renders_in_a_browser(built, tmp_path):
     assert seen["banners"] == len(projection.banners(sweep_folder.load_sweep(folder))) == 1
     # The comparison: the sweep's two scales and the published folder in one split table, the sweep's
     # 1 -> 2 factored, and the split's plot drawn.
-    split, = [t for t in seen["tables"] if "olympic mean (min)" in t["header"]]
-    assert split["rows"] == 3 and "training samples/s" in split["header"]
+    results, = [t for t in seen["tables"] if "olympic mean (min)" in t["header"]]
+    split, = [t for t in seen["tables"] if "training samples/s" in t["header"]]
+    assert results["rows"] == split["rows"] == 3 and "GPU-h per result" in results["header"]
     factors, = [t for t in seen["tables"] if "throughput ×" in t["header"]]
     assert factors["rows"] == 1
     assert "Time to train split, resnet" in [image["alt"] for image in seen["images"]]
@@ -140,3 +150,17 @@ def test_the_browser_check_sees_a_broken_image(built, tmp_path):
     broken.write_text(page.replace('src="data:image/png;base64,', 'src="data:image/png;base64,AAAA', 1))
     seen = render(str(broken), tmp_path)
     assert [image["width"] for image in seen["images"]].count(0) == 1
+
+
+def test_a_compare_report_of_the_published_folders_fits_1280_px(tmp_path):
+    out = tmp_path / "published"
+    result = report_cli("--compare", *(folder for folder, _, _ in FOLDERS), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    seen = render(str(out / "report.html"), tmp_path, width=1280)
+    # No horizontal scroll bar: the page is no wider than the window.
+    assert seen["widths"]["window"] == 1280
+    assert seen["widths"]["scroll"] <= seen["widths"]["client"], seen["widths"]
+    assert seen["headings"][0] == "Headline"
+    alts = sorted(image["alt"] for image in seen["images"])
+    assert alts == ["Speed-up against GPUs, bert", "Speed-up against GPUs, resnet"]
+    assert all(image["complete"] and image["width"] >= 600 for image in seen["images"])

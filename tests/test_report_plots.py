@@ -13,8 +13,9 @@ def test_plots_are_valid_pngs_and_the_html_embeds_them(built):
     folder, markdown = built
     out = os.path.join(folder, "report")
     names = sorted(name for name in os.listdir(out) if name.endswith(".png"))
-    assert names == ["allreduce.png", "attribution.png", "scaling.png", "stragglers.png", "throughput.png",
-                     "time_to_train.png", "time_to_train_split_resnet.png"]
+    assert names == ["allreduce.png", "attribution.png", "scaling.png", "scaling_picture_resnet.png",
+                     "stragglers.png", "throughput.png", "time_to_train.png",
+                     "time_to_train_split_resnet.png"]
     for name in names:
         with Image.open(os.path.join(out, name)) as image:
             image.verify()

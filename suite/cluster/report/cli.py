@@ -13,7 +13,7 @@ from suite.cluster.report.figures import SCALING_MODES
 from suite.cluster.report.plots import make_plots, make_scaling_pictures, make_split_plots
 from suite.cluster.report.projection import banners
 from suite.cluster.report.split_section import compare_document, report_json
-from suite.cluster.report.splits import compare_scales, sweep_scales
+from suite.cluster.report.splits import compare_scales, sweep_scales, unique_labels
 from suite.cluster.report.sweep_folder import ReportError, load_sweep
 from suite.common.results import LogError
 
@@ -120,7 +120,7 @@ def main(argv=None):
         if price is not None and not (math.isfinite(price) and price >= 0):
             raise ReportError(f"--price-per-gpu-hour {price} must be a number >= 0")
         found = compare_scales(args.compare, args.benchmark, say=lambda line: print(line, flush=True))
-        splits = (sweep_scales(data) if data else []) + found
+        splits = unique_labels((sweep_scales(data) if data else []) + found)
         out = write_report(data, args.out or os.path.join(args.sweep, "report"), args.straggler_threshold,
                            args.scaling, splits, price)
         for text in banners(data, args.scaling) if data else ():

@@ -153,12 +153,15 @@ def _causes_of(data, small, large):
 
 
 def _cost_line(group, price):
-    cheapest = min(group, key=lambda s: s.gpu_hours_per_result)
     fastest = min(group, key=lambda s: s.summary.minutes)
-    text = (f"the lowest GPU-hours per result at {cheapest.folder.gpus} GPUs "
+    fast = f"the lowest time to train at {fastest.folder.gpus} GPUs ({fastest.summary.minutes:,.2f} min)"
+    scored = [scale for scale in group if scale.gpu_hours_per_result is not None]
+    if not scored:
+        return f"no scale has an olympic mean to price a result by (too few runs); {fast}."
+    cheapest = min(scored, key=lambda s: s.gpu_hours_per_result)
+    return (f"the lowest GPU-hours per result at {cheapest.folder.gpus} GPUs "
             f"({cheapest.gpu_hours_per_result:,.2f} GPU-h{_money(cheapest.gpu_hours_per_result, price)}), "
-            f"the lowest time to train at {fastest.folder.gpus} GPUs ({fastest.summary.minutes:,.2f} min)")
-    return text + "."
+            f"{fast}.")
 
 
 def _money(gpu_hours, price):

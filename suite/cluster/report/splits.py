@@ -5,6 +5,7 @@ result_summarizer scores it) and split by suite.cluster.measured_time_to_train i
 and the rest; two scales of one source (one sweep, one submitter's results) are factored, the smaller
 against the next larger: speed-up = throughput x convergence x evaluation and overhead, exactly.
 """
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ class Scale:
     summary: ScaleSummary
     rcp: rcp.Rcp  # None for a benchmark or ruleset with no RCP table
     problem: str = None  # why summary is None
+    name: str = None  # the label, when unique_labels had to tell two alike apart
 
     @property
     def benchmark(self):
@@ -41,6 +43,8 @@ class Scale:
     def label(self):
         """What a person reads: "Dell · 16xXE8545x4A100-SXM-40GB · v2.1" for a published folder (its
         submitter, system and round, from its path), "this sweep · <system>" for the sweep's own."""
+        if self.name:
+            return self.name
         if self.source == THIS_SWEEP:
             return f"{THIS_SWEEP} · {self.system}"
         parts = os.path.abspath(self.folder.path).split(os.sep)
@@ -137,6 +141,22 @@ def _compare_scale(path):
         raise ReportError(f"{err} (--compare {path})") from None
     org = os.path.dirname(os.path.dirname(os.path.dirname(folder.path)))
     return Scale(path, f"results {org}", folder.system, folder, summary, _rcp(folder, strict=True))
+
+
+def unique_labels(scales):
+    """The scales with labels that tell each apart: two alike (two made folders of one system) get
+    " (1)", " (2)", ... in the order given."""
+    counts = {}
+    for scale in scales:
+        counts[scale.label] = counts.get(scale.label, 0) + 1
+    seen, found = {}, []
+    for scale in scales:
+        label = scale.label
+        if counts[label] > 1:
+            seen[label] = seen.get(label, 0) + 1
+            scale = dataclasses.replace(scale, name=f"{label} ({seen[label]})")
+        found.append(scale)
+    return found
 
 
 def ruleset_of(path):
