@@ -172,3 +172,12 @@ def test_mllog_lines_as_the_library_writes_them(tmp_path):
         handler.close()
     written = json.loads((tmp_path / "mllog.txt").read_text().split(":::MLLOG ", 1)[1])
     assert written == json.loads(line("global_batch_size", 7, 3264).split(":::MLLOG ", 1)[1])
+
+
+def test_the_logs_milliseconds_stay_integers_as_written():
+    # mlperf_logging's parser hands back floats; the report's runs table prints them as the log wrote them.
+    folder = read_folder(BERT_8[0], BERT_8[1])
+    with open(folder.runs[0].path) as handle:
+        written = next(json.loads(text.split(":::MLLOG ", 1)[1])["time_ms"] for text in handle
+                       if '"key": "run_start"' in text)
+    assert folder.runs[0].run_start_ms == written and type(folder.runs[0].run_start_ms) is int

@@ -89,8 +89,14 @@ def parsed_events(path, ruleset=RULESET):
         raise LogError(f"{path}:{_line_number(path, line)}: not an MLPerf log line (mlperf_logging's parser: "
                        f"{error}): {line[:120]}")
     return [(line.lineno + 1, {"key": line.key, "value": line.value["value"],
-                               "metadata": line.value["metadata"] or {}, "time_ms": line.timestamp})
+                               "metadata": line.value["metadata"] or {},
+                               "time_ms": _milliseconds(line.timestamp)})
             for line in loglines]
+
+
+def _milliseconds(timestamp):
+    """The parser's time_ms, a float, back to the integer the log wrote (a fraction is kept)."""
+    return int(timestamp) if float(timestamp).is_integer() else timestamp
 
 
 def _line_number(path, parsed):
