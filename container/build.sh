@@ -4,10 +4,12 @@
 # Usage: container/build.sh [--device gpu|cpu|all] [--engine docker|buildah] [--base-image IMAGE]
 #                           [--target STAGE] [--registry REGISTRY] [--push] [--ngc-tag TAG]
 #                           [--name NAME] [--dry-run]
-#   --device      which image (default: all): gpu = container/Dockerfile.gpu (NGC base),
+#   --device      which image (default: all = gpu and cpu): gpu = container/Dockerfile.gpu (NGC base),
+#                 gpu-pypi = container/Dockerfile.gpu-pypi (TensorFlow 2.18 and CUDA from PyPI),
 #                 cpu = container/Dockerfile.cpu (the set-up of make setup)
 #   --engine      docker (default) or buildah (Debian's; RUN steps under chroot isolation, layers
-#                 cached, and make setup's Horovod wheel cache $SUITE_CACHE_DIR/wheels mounted in)
+#                 cached, and make setup's Horovod wheel cache $SUITE_CACHE_DIR/wheels mounted in;
+#                 for gpu-pypi also the wheelhouse $SUITE_CACHE_DIR/pypi of its PyPI downloads)
 #   --base-image  build argument BASE_IMAGE: the Debian + Python 3.11 image under the CPU image and
 #                 the GPU image's suite-check stage (default: the Dockerfiles')
 #   --target      build up to this stage only, e.g. --device gpu --target suite-check (no NGC base)
@@ -55,7 +57,7 @@ parse_args() {
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
-  [[ $device == gpu || $device == cpu || $device == all ]] || die "--device must be gpu, cpu or all, not '$device'"
+  [[ $device =~ ^(gpu|gpu-pypi|cpu|all)$ ]] || die "--device must be gpu, gpu-pypi, cpu or all, not '$device'"
   [[ $engine == docker || $engine == buildah ]] || die "--engine must be docker or buildah, not '$engine'"
   [[ -z $target || $device != all ]] || die "--target names a stage of one Dockerfile: give --device gpu or cpu"
   ((push == 0)) || [[ -n $registry ]] || die "--push needs --registry (where to push)"
@@ -109,12 +111,19 @@ run() {
 # image installs the host's wheel when it fits and compiles (into the same cache) only when it does
 # not, and a build whose set-up layer changed compiles nothing the host has. pip in the build trusts
 # the host's CA bundle, so a build behind a TLS-inspecting proxy reaches the package index as the
-# host does: a copy of it and a pip.conf naming it, mounted as pip's site-wide configuration.
+# host does: a copy of it and a pip.conf naming it, mounted as pip's site-wide configuration. The
+# gpu-pypi image's 2.5 GB of PyPI wheels are kept in a wheelhouse mounted where container/gpu-build.sh
+# looks, so a rebuild downloads only what it lacks.
 buildah_build() {
+  local dev=$1; shift
   local suite_cache=${SUITE_CACHE_DIR:-$HOME/.cache/mlperf-hvd-suite}
   local cache=$suite_cache/images
   local ca_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
   local mounts=(--volume "$suite_cache/wheels:/root/.cache/mlperf-hvd-suite/wheels")
+  if [[ $dev == gpu-pypi ]]; then
+    mounts+=(--volume "$suite_cache/pypi:/root/.cache/mlperf-hvd-suite/pypi")
+    ((dry_run)) || mkdir -p "$suite_cache/pypi"
+  fi
   [[ ! -f $ca_bundle ]] || mounts+=(--volume "$cache/pip-config:/etc/xdg/pip:ro")
   if ((!dry_run)); then
     mkdir -p "$suite_cache/wheels"
@@ -140,7 +149,7 @@ build_one() {
   [[ -z $base_image ]] || args+=(--build-arg "BASE_IMAGE=$base_image")
   [[ -z $target ]] || args+=(--target "$target")
   if [[ $engine == buildah ]]; then
-    buildah_build "${args[@]}" -t "$tag" "$repo_dir"
+    buildah_build "$dev" "${args[@]}" -t "$tag" "$repo_dir"
   else
     run docker build "${args[@]}" -t "$tag" "$repo_dir"
   fi

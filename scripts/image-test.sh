@@ -150,20 +150,16 @@ print(*(config.get("Entrypoint") or []) + (config.get("Cmd") or []), sep="\n")' 
     || die "the image's command (${cmd[*]}) failed"
 }
 
-test_cpu_image() {
-  local base=$1 revision=$2
-  local started=$SECONDS
-  build --device cpu --base-image "$base"
-  log "CPU image built in $((SECONDS - started)) s ($(horovod_in_build)): $tag"
-  new_container "$tag"
-  local ctr=$container
+# The image's own command (make demo, one epoch) run in container $1 of image $2, its MLPerf log checked
+# by the compliance checker and the run by container/check_run.py; $3 is the revision it was built from.
+run_and_check_demo() {
+  local ctr=$1 image=$2 revision=$3
   local config=$work_dir/config.json
-  buildah inspect --type image "$tag" \
+  buildah inspect --type image "$image" \
     | python3 -c 'import json, sys; json.dump(json.load(sys.stdin)["Docker"]["config"], sys.stdout)' >"$config"
-  started=$SECONDS
+  local started=$SECONDS
   run_image_command "$ctr" "$config"
   log "the image's command took $((SECONDS - started)) s"
-  local workdir; workdir=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["WorkingDir"])' <"$config")
   # env finds python on the image's PATH inside the container (buildah looks commands up from outside).
   buildah run --isolation chroot "$ctr" -- env python -m mlperf_logging.compliance_checker --usage training \
     --ruleset "$RULESET" --log_output /tmp/compliance.txt runs/demo/run/result_0.txt >"$work_dir/checker.log" 2>&1 \
@@ -177,18 +173,33 @@ test_cpu_image() {
     --output "$work_dir/demo.log" --distributions "$work_dir/distributions.txt" --epochs "$DEMO_EPOCHS" \
     || die "the image's run does not pass container/check_run.py"
   buildah umount "$ctr" >/dev/null
-  log "CPU image passed: make demo (epochs=$DEMO_EPOCHS) in $workdir, the $RULESET checker, revision $revision in env.json"
+  local workdir; workdir=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["WorkingDir"])' <"$config")
+  log "passed: make demo (epochs=$DEMO_EPOCHS) in $workdir, the $RULESET checker, revision $revision in env.json"
+}
+
+test_cpu_image() {
+  local base=$1 revision=$2
+  local started=$SECONDS
+  build --device cpu --base-image "$base"
+  log "CPU image built in $((SECONDS - started)) s ($(horovod_in_build)): $tag"
+  new_container "$tag"
+  run_and_check_demo "$container" "$tag" "$revision"
+}
+
+# As root, the tools, a work folder removed at exit, and the base image (sets base); $1 names the target.
+prepare() {
+  [[ $(id -u) == 0 ]] || die "make $1 runs as root: buildah's chroot builds need it"
+  install_tools
+  work_dir=$(mktemp -d)
+  trap cleanup EXIT
+  make_base
+  require_chroot_isolation "$base"
 }
 
 main() {
   local started=$SECONDS
-  [[ $(id -u) == 0 ]] || die "make image-test runs as root: buildah's chroot builds need it"
-  install_tools
-  work_dir=$(mktemp -d)
-  trap cleanup EXIT
   local revision; revision=$(expected_revision)
-  make_base
-  require_chroot_isolation "$base"
+  prepare image-test
   log "base $base ready after $((SECONDS - started)) s"
   test_cpu_image "$base" "$revision"
   local gpu_started=$SECONDS
@@ -197,4 +208,7 @@ main() {
   log "passed in $((SECONDS - started)) s"
 }
 
-main "$@"
+# Sourced (scripts/image-gpu-test.sh), it only defines its functions.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  main "$@"
+fi

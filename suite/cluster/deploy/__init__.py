@@ -70,8 +70,11 @@ def build_parser():
                    "container, or --bare-metal").add_argument("--out", metavar="FILE", help=single)
     sub.add_parser("k8s", parents=[job_f, k8s_f, ssh_f], help="Kubeflow MPI Operator MPIJob "
                    "(kubeflow.org/v2beta1)").add_argument("--out", metavar="FILE", help=single)
-    docker = sub.add_parser("dockerfile", parents=[image_f, ssh_f], help="the GPU (NGC) or CPU Dockerfile")
+    docker = sub.add_parser("dockerfile", parents=[image_f, ssh_f], help="the GPU (NGC or PyPI) or CPU Dockerfile")
     docker.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="default: gpu")
+    docker.add_argument("--base", choices=dockerfile.GPU_BASES, default="ngc",
+                        help="the GPU image's TensorFlow: ngc (NGC's TensorFlow 2.15 image, the default) or "
+                             "pypi (TensorFlow 2.18 with CUDA wheels from PyPI: Dockerfile.gpu-pypi)")
     docker.add_argument("--out", metavar="FILE", help=single)
     every = sub.add_parser("all", parents=[job_f, slurm_f, k8s_f, ssh_f, image_f],
                            help="slurm.sbatch, mpijob.yaml, Dockerfile.gpu and Dockerfile.cpu in --out DIR")
@@ -222,7 +225,9 @@ def render(args, model_args, argv):
     if args.what == "dockerfile":
         if model_args:
             raise DeployError("dockerfile takes no model arguments after --")
-        return {f"Dockerfile.{args.device}": dockerfile.render(args.device, args)}, []
+        if args.base != "ngc" and args.device != "gpu":
+            raise DeployError("--base chooses the GPU image's base; the CPU image has one")
+        return {dockerfile.file_name(args.device, args.base): dockerfile.render(args.device, args)}, []
     if args.what == "all" and args.bare_metal:
         raise DeployError("--bare-metal is for the slurm subcommand alone (the MPIJob runs the image)")
     planned = plan_job(args, model_args, rendered_by(argv))

@@ -1,4 +1,4 @@
-"""The container Dockerfiles: the GPU image on NGC TensorFlow, the CPU image from scripts/setup.sh."""
+"""The container Dockerfiles: the GPU image on NGC TensorFlow or from PyPI, the CPU image from scripts/setup.sh."""
 import os
 import re
 
@@ -10,11 +10,23 @@ DEFAULT_CPU_BASE = "python:3.11-slim-bookworm"
 # The suite's run-time needs that the NGC image lacks; pinned from requirements.txt. Pillow is left
 # out: its pin has no wheel for the image's Python 3.10, and only the data converters need it.
 GPU_PINS = ("mpi4py", "mlperf-logging", "pyyaml", "tqdm")
+# The GPU image from PyPI (--base pypi): Horovod's CUDA kernels for A100 and H100, compiled by CUDA
+# 13.0, whose code needs an R580 driver (CUDA 13.0's release notes: 580.65.06 or newer on Linux).
+PYPI_CUDA_CC_LIST = "80,90"
+PYPI_MIN_DRIVER = "580.65.06"
+GPU_BASES = ("ngc", "pypi")
 IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def file_name(device, base):
+    """container/Dockerfile.<this>: gpu (NGC), gpu-pypi or cpu."""
+    return f"Dockerfile.{device}-pypi" if device == "gpu" and base == "pypi" else f"Dockerfile.{device}"
 
 
 def render(device, args):
     check_port(args.ssh_port)
+    if device == "gpu" and getattr(args, "base", "ngc") == "pypi":
+        return _render_pypi(args)
     check_flag("--ngc-tag", args.ngc_tag, IMAGE_TAG, "an image tag such as " + DEFAULT_NGC_TAG)
     check_flag("--base-image", args.base_image, IMAGE_REF, "an image reference")
     if device == "gpu":
@@ -31,6 +43,28 @@ def render(device, args):
     values["header"] = (f"# Rendered by: python -m suite.cluster.deploy {command}\n# Sources: {sources}.\n"
                         f"# Change those and render again rather than editing this file.")
     return fill(f"Dockerfile.{device}", values)
+
+
+def _render_pypi(args):
+    check_flag("--base-image", args.base_image, IMAGE_REF, "an image reference")
+    command = f"dockerfile --device gpu --base pypi --ssh-port {args.ssh_port} --base-image {args.base_image}"
+    sources = ("suite/cluster/templates/Dockerfile.gpu-pypi, requirements-gpu.txt (TensorFlow), "
+               "scripts/setup.sh (Horovod)")
+    values = {"ssh_port": args.ssh_port, "horovod_version": horovod_version(), "base_image": args.base_image,
+              "tensorflow_version": pypi_tensorflow_version(), "cuda_cc_list": PYPI_CUDA_CC_LIST,
+              "min_driver": PYPI_MIN_DRIVER,
+              "header": (f"# Rendered by: python -m suite.cluster.deploy {command}\n# Sources: {sources}.\n"
+                         f"# Change those and render again rather than editing this file.")}
+    return fill("Dockerfile.gpu-pypi", values)
+
+
+def pypi_tensorflow_version():
+    """The version of tensorflow[and-cuda] in requirements-gpu.txt."""
+    match = re.search(r"^tensorflow\[and-cuda\]==([0-9][0-9.]*)\s*$", _source_file("requirements-gpu.txt"),
+                      re.MULTILINE)
+    if not match:
+        raise DeployError("requirements-gpu.txt: no tensorflow[and-cuda]==<version> line")
+    return match[1]
 
 
 def horovod_version():
