@@ -101,6 +101,7 @@ horovod() {
     log "reusing the Horovod wheel $wheel"
   else
     local nccl; nccl=$(nccl_home)
+    mkdir -p "$WHEELS"
     local tmp; tmp=$(mktemp -d "$dir.partial.XXXXXX")
     local build_log=$LOG_DIR/horovod-build.log
     log "building Horovod $HOROVOD_VERSION with NCCL for compute capabilities $HOROVOD_BUILD_CUDA_CC_LIST (minutes)"

@@ -62,6 +62,9 @@ def environment(world, ranks):
     return {
         "versions": versions(),
         "git_revision": git_revision(),
+        # The oldest NVIDIA driver the image's CUDA code runs on, as the image states it
+        # (container/Dockerfile.gpu-pypi); None outside such an image.
+        "min_nvidia_driver": os.environ.get("SUITE_MIN_NVIDIA_DRIVER") or None,
         "launcher": world.launcher,
         "controller": world.controller,
         "device": world.device,

@@ -70,7 +70,8 @@ def build_parser():
                    "container, or --bare-metal").add_argument("--out", metavar="FILE", help=single)
     sub.add_parser("k8s", parents=[job_f, k8s_f, ssh_f], help="Kubeflow MPI Operator MPIJob "
                    "(kubeflow.org/v2beta1)").add_argument("--out", metavar="FILE", help=single)
-    docker = sub.add_parser("dockerfile", parents=[image_f, ssh_f], help="the GPU (NGC or PyPI) or CPU Dockerfile")
+    docker = sub.add_parser("dockerfile", parents=[image_f, ssh_f],
+                            help="the GPU (NGC or PyPI) or CPU Dockerfile")
     docker.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="default: gpu")
     docker.add_argument("--base", choices=dockerfile.GPU_BASES, default="ngc",
                         help="the GPU image's TensorFlow: ngc (NGC's TensorFlow 2.15 image, the default) or "

@@ -1,4 +1,4 @@
-"""The container Dockerfiles: the GPU image on NGC TensorFlow or from PyPI, the CPU image from scripts/setup.sh."""
+"""The container Dockerfiles: the GPU image on NGC's TensorFlow or from PyPI, the CPU image by setup.sh."""
 import os
 import re
 
@@ -65,6 +65,12 @@ def pypi_tensorflow_version():
     if not match:
         raise DeployError("requirements-gpu.txt: no tensorflow[and-cuda]==<version> line")
     return match[1]
+
+
+def min_nvidia_driver(image):
+    """The oldest NVIDIA driver an image needs, told by its tag: container/build.sh tags the PyPI GPU
+    image ...-gpu-pypi (a squashfs file that enroot imported from it keeps the name); "" for others."""
+    return PYPI_MIN_DRIVER if image and re.search(r"-gpu-pypi(\.sqsh)?$", image) else ""
 
 
 def horovod_version():

@@ -6,7 +6,7 @@ import shlex
 
 import yaml
 
-from suite.cluster.deploy import nodecheck
+from suite.cluster.deploy import dockerfile, nodecheck
 from suite.cluster.deploy.job import (DATA_MOUNT, MAX_NODES, RESULTS_MOUNT, TEMPLATES, DeployError, ask,
                                       check_flag, check_port, fill, header)
 
@@ -151,7 +151,8 @@ def _fill_worker(template, job, args):
 
 def worker_script(job, args):
     """The node check (shape, GPUs, RDMA devices), then sshd in the foreground for mpirun."""
-    check = nodecheck.render(job.profile, nodecheck.Needs(), job.env)
+    needs = nodecheck.Needs(min_driver=dockerfile.min_nvidia_driver(job.image))
+    check = nodecheck.render(job.profile, needs, job.env)
     return check + f"exec /usr/local/bin/mlperf-sshd {args.ssh_port}\n"
 
 

@@ -19,6 +19,8 @@ class Needs:
     pmix_hook: bool = False
     suite_dir: str = ""
     python: str = ""
+    # The oldest NVIDIA driver the job's image needs (dockerfile.min_nvidia_driver); empty: not checked.
+    min_driver: str = ""
 
 
 def render(profile, needs, env):
@@ -28,7 +30,8 @@ def render(profile, needs, env):
         "gpus": profile.gpus_per_node, "rdma_devices": shlex.quote(" ".join(profiles.rdma_devices(env))),
         "need_pyxis": "yes" if needs.pyxis else "no", "need_pmix_hook": "yes" if needs.pmix_hook else "no",
         "suite_dir": shlex.quote(needs.suite_dir), "suite_python": shlex.quote(needs.python),
-        "metadata_url": METADATA_URL, "profile_cases": _profile_cases()})
+        "min_driver": shlex.quote(needs.min_driver), "metadata_url": METADATA_URL,
+        "profile_cases": _profile_cases()})
 
 
 def summary(profile, needs, env):
@@ -44,6 +47,8 @@ def summary(profile, needs, env):
         parts.append("the suite and its Python")
     if profile.gpus_per_node:
         parts.append(f"{profile.gpus_per_node} GPUs")
+    if needs.min_driver:
+        parts.append(f"an NVIDIA driver of {needs.min_driver} or newer")
     if profiles.rdma_devices(env):
         parts.append("the RDMA devices of NCCL_IB_HCA")
     return ", ".join(parts) or "nothing beyond the node answering"

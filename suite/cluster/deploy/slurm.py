@@ -5,7 +5,7 @@ import shlex
 import sys
 import textwrap
 
-from suite.cluster.deploy import nodecheck, slurmsweep
+from suite.cluster.deploy import dockerfile, nodecheck, slurmsweep
 from suite.cluster.deploy.job import (DATA_MOUNT, REPO, RESULTS_MOUNT, SUITE_DIR, DeployError, ask,
                                       check_flag, fill, header, shell_word)
 
@@ -76,7 +76,8 @@ def render(job, args):
         values.update(where=CONTAINER_WHERE.format(image=shlex.quote(pyxis_image(job.image))),
                       env_note=comment(profile_line + CONTAINER_ENV_NOTE), launch=_lines(launch))
     checks = nodecheck.Needs(pyxis=not bare_metal, pmix_hook=not bare_metal and mpi == "pmix",
-                             suite_dir=suite_dir, python=python)
+                             suite_dir=suite_dir, python=python,
+                             min_driver=dockerfile.min_nvidia_driver(job.image))
     looked_at = nodecheck.summary(job.profile, checks, job.env)
     values.update(node_check=nodecheck.render(job.profile, checks, job.env).rstrip("\n"),
                   node_checks=comment(f"Step 2, one task on every node: what the main step needs of each "

@@ -12,6 +12,9 @@ need_pyxis={{need_pyxis}}
 need_pmix_hook={{need_pmix_hook}}
 suite_dir={{suite_dir}}
 suite_python={{suite_python}}
+# The oldest NVIDIA driver the image's CUDA code runs on: the image's own SUITE_MIN_NVIDIA_DRIVER where
+# this runs inside it (Kubernetes), else what the renderer knew of the image (empty: not checked).
+min_driver=${SUITE_MIN_NVIDIA_DRIVER:-{{min_driver}}}
 # OCI's instance metadata (oracle-quickstart/oci-hpc samples/gpu/nccl_run_allreduce.sbatch reads the
 # shape there the same way); SUITE_METADATA_URL points the check elsewhere (the tests' stand-in).
 metadata_url=${SUITE_METADATA_URL:-{{metadata_url}}}
@@ -117,6 +120,23 @@ check_gpus() {
   fi
 }
 
+# Whether driver version $1 is older than $2 (dotted numbers, e.g. 535.183.01 and 580.65.06).
+older_than() {
+  [[ $1 != "$2" && $(printf '%s\n' "$1" "$2" | sort -V | head -n 1) == "$1" ]]
+}
+
+check_driver() {
+  [[ -n $min_driver ]] && command -v nvidia-smi >/dev/null || return 0
+  local driver
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')
+  [[ -n $driver ]] || fail "nvidia-smi --query-gpu=driver_version gives no driver version; the image" \
+    "needs NVIDIA driver $min_driver or newer"
+  if older_than "$driver" "$min_driver"; then
+    fail "NVIDIA driver $driver, older than $min_driver, the image's minimum (its CUDA code needs it):" \
+      "update the driver, or use the NGC image (docs/containers.md)"
+  fi
+}
+
 check_rdma() {
   [[ -n $want_rdma ]] || return 0
   local present="" how dev missing=()
@@ -144,5 +164,6 @@ check_pyxis
 check_pmix_hook
 check_suite
 check_gpus
+check_driver
 check_rdma
 echo "node $node: ready for profile $profile"

@@ -1,0 +1,266 @@
+"""The GPU image from PyPI (container/Dockerfile.gpu-pypi) without building it: the rendering is current,
+the Dockerfile passes the parser-level checks, its pins agree with requirements.txt, its build's checks
+refuse in one line (no NCCL, another nvcc), and the node check refuses a driver older than the image's
+minimum. `make image-gpu-test` builds and runs the image itself (docs/testing.md)."""
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from test_deploy import check_dockerfile
+from suite.cluster import deploy
+from suite.cluster.deploy import dockerfile
+
+CONTAINER = os.path.join(REPO, "container")
+GPU_BUILD = os.path.join(CONTAINER, "gpu-build.sh")
+RENDER = ["dockerfile", "--device", "gpu", "--base", "pypi"]
+PYPI_IMAGE = "registry.example.com/mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu-pypi"
+NGC_IMAGE = "registry.example.com/mlperf/mlperf-hvd-suite:0.1.0-gabc1234-gpu"
+HOST = socket.gethostname()
+
+
+def render(argv):
+    args = deploy.build_parser().parse_args(argv)
+    files, _ = deploy.render(args, [], argv)
+    return files
+
+
+def committed():
+    with open(os.path.join(CONTAINER, "Dockerfile.gpu-pypi")) as handle:
+        return handle.read()
+
+
+def pins(name):
+    """{distribution: version} of a requirements file (extras dropped from the name)."""
+    with open(os.path.join(REPO, name)) as handle:
+        lines = [line.split("#", 1)[0].strip() for line in handle]
+    named = (line.split("==") for line in lines if "==" in line)
+    return {re.sub(r"\[.*\]", "", name).lower(): version for name, version in named}
+
+
+# --- the Dockerfile --------------------------------------------------------------------------------
+
+def test_the_committed_dockerfile_is_the_rendering():
+    files = render(RENDER)
+    assert list(files) == ["Dockerfile.gpu-pypi"]
+    assert files["Dockerfile.gpu-pypi"] == committed(), \
+        "render again: python -m suite.cluster.deploy dockerfile --device gpu --base pypi --out " \
+        "container/Dockerfile.gpu-pypi"
+
+
+def test_its_first_line_renders_it():
+    """The header's command, run as a user would, gives the file back."""
+    command = committed().splitlines()[0].removeprefix("# Rendered by: python ").split()
+    result = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == committed()
+
+
+def test_it_passes_the_parser_level_checks(tmp_path):
+    check_dockerfile(committed(), tmp_path)
+
+
+def test_it_is_two_stages_and_the_run_stage_takes_only_the_environment():
+    stages = re.split(r"^FROM ", committed(), flags=re.MULTILINE)[1:]
+    assert [stage.split("\n", 1)[0] for stage in stages] == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"]
+    run_stage = stages[1]
+    copied = re.findall(r"^COPY --from=\S+ .*$", run_stage, re.MULTILINE)
+    assert copied == ["COPY --from=build /opt/venv /opt/venv"]
+    for build_only in ("cmake", "g++", "libopenmpi-dev", "gpu-build.sh compiler", "gpu-build.sh horovod"):
+        assert build_only not in run_stage, build_only
+    assert 'CMD ["make", "demo"]' in run_stage
+
+
+def test_the_cpu_image_has_no_pypi_base():
+    with pytest.raises(deploy.DeployError, match="--base chooses the GPU image's base"):
+        render(["dockerfile", "--device", "cpu", "--base", "pypi"])
+
+
+def test_its_pins_agree_with_the_cpu_environment():
+    """The GPU image runs the TensorFlow and the run-time pins every test ran on."""
+    gpu, cpu = pins("requirements-gpu.txt"), pins("requirements.txt")
+    assert gpu.pop("tensorflow") == cpu["tensorflow-cpu"]
+    horovod_own = {"cloudpickle", "psutil", "packaging", "cffi"}
+    shared = set(gpu) - horovod_own
+    assert {name: gpu[name] for name in shared} == {name: cpu.get(name) for name in shared}
+    text = committed()
+    assert f"TensorFlow {cpu['tensorflow-cpu']} with" in text
+    assert f"ARG HOROVOD_VERSION={dockerfile.horovod_version()}\n" in text
+    assert all(version.startswith("13.0.") for version in pins("requirements-gpu-build.txt").values())
+
+
+def test_the_minimum_driver_is_a_label_and_the_environment():
+    text = committed()
+    assert f'LABEL org.mlperf-hvd-suite.min-nvidia-driver="{dockerfile.PYPI_MIN_DRIVER}"' in text
+    assert f"SUITE_MIN_NVIDIA_DRIVER={dockerfile.PYPI_MIN_DRIVER} " in text
+
+
+def test_env_json_records_the_images_minimum_driver(monkeypatch):
+    from suite.train import rundir
+
+    class World:
+        launcher, controller, device, size = "horovodrun", "gloo", "gpu", 1
+    monkeypatch.setenv("SUITE_MIN_NVIDIA_DRIVER", "580.65.06")
+    assert rundir.environment(World(), [{"host": "h"}])["min_nvidia_driver"] == "580.65.06"
+    monkeypatch.delenv("SUITE_MIN_NVIDIA_DRIVER")
+    assert rundir.environment(World(), [{"host": "h"}])["min_nvidia_driver"] is None
+
+
+# --- the build's refusals (container/gpu-build.sh) -------------------------------------------------
+
+def gpu_build(tmp_path, script, **env):
+    """bash with gpu-build.sh sourced (its functions only), in tmp_path."""
+    environ = {"PATH": "/usr/bin:/bin", "SUITE_BUILD_LOGS": str(tmp_path), **env}
+    return subprocess.run(["bash", "-c", f"source {GPU_BUILD}; {script}"], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=60)
+
+
+def one_line(result):
+    assert result.returncode != 0, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def fake_build_environment(tmp_path, build_log):
+    """A venv whose pip "builds" Horovod leaving build_log's text as its log, NCCL's wheel beside it."""
+    venv = tmp_path / "venv"
+    nccl = venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "nccl"
+    (nccl / "include").mkdir(parents=True)
+    (nccl / "include" / "nccl.h").write_text("")
+    (nccl / "lib").mkdir()
+    (nccl / "lib" / "libnccl.so.2").write_text("")
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").write_text("#!/bin/bash\necho cpython-311-x86_64-linux-gnu\n")
+    (venv / "bin" / "pip").write_text(
+        "#!/bin/bash\n"
+        'if [[ $1 == wheel ]]; then\n'
+        f'  printf "%s\\n" "{build_log}"\n'
+        '  while (($#)); do\n'
+        '    [[ $1 == -w ]] && touch "$2/horovod-0.28.1-cp311-cp311-linux_x86_64.whl"; shift\n'
+        '  done\n'
+        "fi\n")
+    for tool in (venv / "bin").iterdir():
+        tool.chmod(0o755)
+    (tmp_path / "requirements-gpu.txt").write_text("tensorflow[and-cuda]==2.18.1\n")
+    (tmp_path / "requirements-gpu-build.txt").write_text("nvidia-cuda-nvcc==13.0.88\n")
+    return {"SUITE_VENV": str(venv), "SUITE_WHEELS": str(tmp_path / "wheels"), "SUITE_CUDA_DIR": "/opt/cuda",
+            "HOROVOD_VERSION": "0.28.1", "HOROVOD_BUILD_CUDA_CC_LIST": "80,90"}
+
+
+def test_a_horovod_built_without_the_cuda_compiler_stops_the_build(tmp_path):
+    """CMake without nvcc: Horovod compiles, but without NCCL; no wheel may reach the image."""
+    env = fake_build_environment(tmp_path, "-- The CXX compiler identification is GNU 12.2.0")
+    result = gpu_build(tmp_path, "horovod", **env)
+    assert one_line(result) == ("error: Horovod's build log names no nvcc: CMake found no CUDA compiler, so "
+                                f"no NCCL operations ({tmp_path}/horovod-build.log)")
+    assert not list((tmp_path / "wheels").glob("*-gpu/*.whl"))
+    assert os.path.islink(f"{env['SUITE_VENV']}/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so")
+
+
+def test_a_horovod_built_by_another_nvcc_stops_the_build(tmp_path):
+    other = "/usr/local/cuda-12.4/bin/nvcc"
+    env = fake_build_environment(tmp_path, f"-- Check for working CUDA compiler: {other}")
+    result = gpu_build(tmp_path, "horovod", **env)
+    assert one_line(result) == f"error: Horovod's CMake used the CUDA compiler {other}, not the image's " \
+                               "/opt/cuda/bin/nvcc"
+
+
+def test_a_horovod_built_by_the_images_nvcc_is_kept_and_reused(tmp_path):
+    env = fake_build_environment(tmp_path, "-- Check for working CUDA compiler: /opt/cuda/bin/nvcc - skipped")
+    first = gpu_build(tmp_path, "horovod", **env)
+    assert first.returncode == 0, first.stderr
+    assert "building Horovod 0.28.1 with NCCL" in first.stderr
+    wheels = list((tmp_path / "wheels").glob("*-gpu/horovod-*.whl"))
+    assert len(wheels) == 1 and "-cc80.90-" in str(wheels[0])
+    again = gpu_build(tmp_path, "horovod", **env)
+    assert again.returncode == 0 and f"reusing the Horovod wheel {wheels[0]}" in again.stderr
+
+
+@pytest.mark.parametrize("missing", ["NCCL", "MPI"])
+def test_a_check_build_report_without_nccl_or_mpi_is_refused(tmp_path, missing):
+    report = "\n".join(f"    [{' ' if name == missing else 'X'}] {name}"
+                       for name in ("TensorFlow", "MPI", "Gloo", "NCCL"))
+    result = gpu_build(tmp_path, f"check_build_report {repr(report)}")
+    assert one_line(result).startswith(f"error: horovodrun --check-build does not list {missing}: ")
+    if missing == "NCCL":
+        assert "CPU allreduce on GPUs" in result.stderr
+
+
+def test_gpu_build_passes_shellcheck():
+    result = subprocess.run(["shellcheck", GPU_BUILD, os.path.join(REPO, "scripts", "image-test.sh")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+    result = subprocess.run(["shellcheck", "-x", "scripts/image-gpu-test.sh"], cwd=REPO, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout
+
+
+# --- the node check's minimum driver ---------------------------------------------------------------
+
+def test_the_image_tag_tells_the_minimum_driver():
+    assert dockerfile.min_nvidia_driver(PYPI_IMAGE) == dockerfile.PYPI_MIN_DRIVER
+    assert dockerfile.min_nvidia_driver("/shared/images/mlperf-hvd-suite+0.1.0-gabc-gpu-pypi.sqsh") \
+        == dockerfile.PYPI_MIN_DRIVER
+    assert dockerfile.min_nvidia_driver(NGC_IMAGE) == ""
+    assert dockerfile.min_nvidia_driver(None) == ""
+
+
+def slurm_node_check(image):
+    """The node check of a Slurm job on the tcp-only profile (8 GPUs, no shapes, no RDMA devices)."""
+    text = render(["slurm", "--model", "models.resnet50", "--preset", "closed_16xA100_gbs3264",
+                   "--nodes", "2", "--profile", "tcp-only", "--network-interface", "eth0", "--image", image,
+                   "--data", "/shared/data", "--results", "/shared/results", "--run-id", "rn50-2n"])
+    text = text["slurm.sbatch"]
+    return text.split("<<'NODE_CHECK_END'\n", 1)[1].split("\nNODE_CHECK_END\n", 1)[0]
+
+
+def stand_ins(tmp_path, driver):
+    """nvidia-smi with 8 GPUs on driver `driver`, and an srun with Pyxis."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "nvidia-smi").write_text(
+        "#!/bin/bash\n"
+        'case $1 in\n'
+        '  -L) for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done ;;\n'
+        f'  --query-gpu=driver_version) for i in 0 1 2 3 4 5 6 7; do echo "{driver}"; done ;;\n'
+        '  *) exit 9 ;;\n'
+        "esac\n")
+    (bin_dir / "srun").write_text('#!/bin/bash\necho "      --container-image=IMAGE"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return bin_dir
+
+
+def node_check(script, tmp_path, driver, **env):
+    environ = {"PATH": f"{stand_ins(tmp_path, driver)}:/usr/bin:/bin", "HOME": str(tmp_path), **env}
+    return subprocess.run(["bash", "-c", script], env=environ, capture_output=True, text=True, timeout=30)
+
+
+def test_the_node_check_refuses_a_driver_older_than_the_images(tmp_path):
+    script = slurm_node_check(PYPI_IMAGE)
+    assert f"min_driver=${{SUITE_MIN_NVIDIA_DRIVER:-{dockerfile.PYPI_MIN_DRIVER}}}" in script
+    result = node_check(script, tmp_path, "535.183.01")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: node {HOST}: NVIDIA driver 535.183.01, older than {dockerfile.PYPI_MIN_DRIVER}, the image's "
+        "minimum (its CUDA code needs it): update the driver, or use the NGC image (docs/containers.md)"]
+
+
+@pytest.mark.parametrize("driver", ["580.65.06", "580.95.05", "590.44.01"])
+def test_the_node_check_passes_the_minimum_driver_and_newer(tmp_path, driver):
+    result = node_check(slurm_node_check(PYPI_IMAGE), tmp_path, driver)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"node {HOST}: ready for profile tcp-only\n"
+
+
+def test_inside_the_image_its_own_minimum_decides(tmp_path):
+    """Kubernetes runs the check in the image: its SUITE_MIN_NVIDIA_DRIVER counts whatever the tag says."""
+    script = slurm_node_check(NGC_IMAGE)
+    assert node_check(script, tmp_path / "ngc", "535.183.01").returncode == 0
+    result = node_check(script, tmp_path / "pypi", "575.57.08", SUITE_MIN_NVIDIA_DRIVER="580.65.06")
+    assert result.returncode == 1 and "NVIDIA driver 575.57.08, older than 580.65.06" in result.stderr
