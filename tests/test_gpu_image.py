@@ -264,3 +264,54 @@ def test_inside_the_image_its_own_minimum_decides(tmp_path):
     assert node_check(script, tmp_path / "ngc", "535.183.01").returncode == 0
     result = node_check(script, tmp_path / "pypi", "575.57.08", SUITE_MIN_NVIDIA_DRIVER="580.65.06")
     assert result.returncode == 1 and "NVIDIA driver 575.57.08, older than 580.65.06" in result.stderr
+
+
+# --- the GPU self-test's refusal without a GPU -----------------------------------------------------
+
+def test_the_gpu_selftest_refuses_a_host_without_gpus_in_one_line():
+    result = subprocess.run([sys.executable, "-m", "suite.train.gpu_selftest"], capture_output=True,
+                            text=True, cwd=REPO, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: host {HOST}: TensorFlow sees no GPU (")
+    assert "the GPU self-test runs on a GPU node" in lines[0]
+
+
+class FakeTensorFlow:
+    """Just what the refusal asks of TensorFlow: a CUDA build that sees no GPU."""
+
+    __version__ = "2.18.1"
+
+    class config:  # noqa: N801 - tf.config's name
+        @staticmethod
+        def list_physical_devices(kind):
+            return []
+
+    class test:  # noqa: N801 - tf.test's name
+        @staticmethod
+        def is_built_with_cuda():
+            return True
+
+
+@pytest.mark.parametrize("nvidia_smi, why", [
+    (None, "nvidia-smi not found: no NVIDIA driver"),
+    ("exit 9", "nvidia-smi lists no GPU (exit 9)"),
+    ('echo 535.183.01; echo 535.183.01', "NVIDIA driver 535.183.01"),
+])
+def test_the_refusal_says_why_a_cuda_build_sees_no_gpu(tmp_path, monkeypatch, nvidia_smi, why):
+    from suite.train import gpu_selftest
+    if nvidia_smi:
+        (tmp_path / "nvidia-smi").write_text(f"#!/bin/bash\n{nvidia_smi}\n")
+        (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    refusal = gpu_selftest.no_gpu_refusal(FakeTensorFlow, "node7")
+    assert refusal.startswith(f"host node7: TensorFlow sees no GPU ({why}); ")
+
+
+def test_only_rank_0_says_it():
+    command = [sys.executable, "-m", "suite.train.gpu_selftest", "--profile", "no-such-profile"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120,
+                            env={**os.environ, "PYTHONPATH": REPO, "OMPI_COMM_WORLD_RANK": "3"})
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", "")
