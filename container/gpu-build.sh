@@ -139,6 +139,7 @@ check() {
   verdict=$(TF_CPP_MIN_LOG_LEVEL=3 python - <<'EOF' 2>"$LOG_DIR/check.log"
 import importlib.metadata as metadata
 
+import horovod
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
@@ -153,7 +154,7 @@ if not hvd.nccl_built():
     print("error: Horovod has no NCCL: it would fall back to CPU allreduce on GPUs")
 info = tf.sysconfig.get_build_info()
 print(f"TensorFlow {tf.__version__} (CUDA {info.get('cuda_version')}, cuDNN {info.get('cudnn_version')}), "
-      f"Horovod {hvd.__version__} with NCCL {hvd.nccl_built()}, one TensorFlow distribution")
+      f"Horovod {horovod.__version__} with NCCL {hvd.nccl_built()}, one TensorFlow distribution")
 EOF
   ) || { tail -n 20 "$LOG_DIR/check.log" >&2; die "the image's Python cannot import TensorFlow and Horovod"; }
   local problem; problem=$(grep -m1 '^error:' <<<"$verdict" || true)
