@@ -151,9 +151,11 @@ print(*(config.get("Entrypoint") or []) + (config.get("Cmd") or []), sep="\n")' 
 }
 
 # The image's own command (make demo, one epoch) run in container $1 of image $2, its MLPerf log checked
-# by the compliance checker and the run by container/check_run.py; $3 is the revision it was built from.
+# by the compliance checker and the run by container/check_run.py; $3 is the revision it was built from,
+# further arguments go to check_run.py.
 run_and_check_demo() {
   local ctr=$1 image=$2 revision=$3
+  shift 3
   local config=$work_dir/config.json
   buildah inspect --type image "$image" \
     | python3 -c 'import json, sys; json.dump(json.load(sys.stdin)["Docker"]["config"], sys.stdout)' >"$config"
@@ -170,7 +172,7 @@ run_and_check_demo() {
     >"$work_dir/distributions.txt" || die "the image's python cannot list its distributions"
   local root; root=$(buildah mount "$ctr")
   python3 "$repo_dir/container/check_run.py" --config "$config" --root "$root" --revision "$revision" \
-    --output "$work_dir/demo.log" --distributions "$work_dir/distributions.txt" --epochs "$DEMO_EPOCHS" \
+    --output "$work_dir/demo.log" --distributions "$work_dir/distributions.txt" --epochs "$DEMO_EPOCHS" "$@" \
     || die "the image's run does not pass container/check_run.py"
   buildah umount "$ctr" >/dev/null
   local workdir; workdir=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["WorkingDir"])' <"$config")

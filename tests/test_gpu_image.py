@@ -315,3 +315,43 @@ def test_only_rank_0_says_it():
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120,
                             env={**os.environ, "PYTHONPATH": REPO, "OMPI_COMM_WORLD_RANK": "3"})
     assert (result.returncode, result.stdout, result.stderr) == (2, "", "")
+
+
+# --- container/check_run.py on the CUDA build's start-up -------------------------------------------
+
+CUDA_START_UP = (
+    "2026-12-04 22:44:14.242717: E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:477] Unable to "
+    "register cuFFT factory: Attempting to register factory for plugin cuFFT when one has already been "
+    "registered\n"
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    "E0000 00:00:1796424254.396880   30797 cuda_dnn.cc:8310] Unable to register cuDNN factory: Attempting "
+    "to register factory for plugin cuDNN when one has already been registered\n"
+    "2026-12-04 22:44:29.553254: E external/local_xla/xla/stream_executor/cuda/cuda_driver.cc:152] failed "
+    "call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n")
+DEMO_END = ("run aborted: accuracy 0.2500 after 10 steps\n:::MLLOG ...\nINFO - SUCCESS\n"
+            "MLPerf log: runs/demo/run/result_0.txt\n")
+
+
+def check_run_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("check_run", os.path.join(CONTAINER, "check_run.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cuda_builds_start_up_is_expected_only_when_told(tmp_path):
+    check_run = check_run_module()
+    output = tmp_path / "demo.log"
+    output.write_text(CUDA_START_UP + DEMO_END)
+    assert check_run.output_problems(str(output), epochs=1, cuda_build=True) == []
+    [problem] = check_run.output_problems(str(output), epochs=1)
+    assert "start-up is not quiet (3 lines)" in problem
+
+
+def test_other_noise_is_still_noise_in_the_cuda_build(tmp_path):
+    check_run = check_run_module()
+    output = tmp_path / "demo.log"
+    output.write_text(CUDA_START_UP + "I0000 00:00:1 gpu_device.cc] Created device /GPU:0\n" + DEMO_END)
+    [problem] = check_run.output_problems(str(output), epochs=1, cuda_build=True)
+    assert "(1 lines)" in problem and "Created device" in problem
