@@ -86,11 +86,13 @@ check_cuda_compiler() {
   done <<<"$found"
 }
 
-# The key of the Horovod wheel: everything it is compiled from.
+# The key of the Horovod wheel: everything it is compiled from (the Python ABI, the compute
+# capabilities, the TensorFlow pin, which fixes its CUDA and NCCL wheels too, and the compiler's pins),
+# and nothing else, so that a new run-time pin such as Pillow's does not compile it again.
 horovod_key() {
   local soabi; soabi=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("SOABI"))')
   printf 'horovod-%s-%s-cc%s-%s\n' "$HOROVOD_VERSION" "$soabi" "${HOROVOD_BUILD_CUDA_CC_LIST//,/.}" \
-    "$(cat requirements-gpu.txt requirements-gpu-build.txt | sha256sum | cut -c1-12)"
+    "$({ grep -E '^tensorflow' requirements-gpu.txt; cat requirements-gpu-build.txt; } | sha256sum | cut -c1-12)"
 }
 
 horovod() {

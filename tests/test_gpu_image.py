@@ -355,3 +355,14 @@ def test_other_noise_is_still_noise_in_the_cuda_build(tmp_path):
     output.write_text(CUDA_START_UP + "I0000 00:00:1 gpu_device.cc] Created device /GPU:0\n" + DEMO_END)
     [problem] = check_run.output_problems(str(output), epochs=1, cuda_build=True)
     assert "(1 lines)" in problem and "Created device" in problem
+
+
+def test_the_horovod_wheels_key_is_what_it_is_compiled_from(tmp_path):
+    env = fake_build_environment(tmp_path, "")
+    key = gpu_build(tmp_path, "horovod_key", **env).stdout
+    with open(tmp_path / "requirements-gpu.txt", "a") as handle:
+        handle.write("pillow==13.0.0\n")
+    assert gpu_build(tmp_path, "horovod_key", **env).stdout == key
+    (tmp_path / "requirements-gpu.txt").write_text("tensorflow[and-cuda]==2.18.2\npillow==13.0.0\n")
+    assert gpu_build(tmp_path, "horovod_key", **env).stdout != key
+    assert gpu_build(tmp_path, "horovod_key", **{**env, "HOROVOD_BUILD_CUDA_CC_LIST": "90"}).stdout != key
