@@ -105,7 +105,8 @@ CASES = {
                             "--worker-cpu", "96", "--worker-memory", "1Ti", "--shm-size", "64Gi",
                             "--no-numa-bind"],
 }
-DOCKERFILES = {"Dockerfile.gpu": ["dockerfile"], "Dockerfile.cpu": ["dockerfile", "--device", "cpu"]}
+DOCKERFILES = {"Dockerfile.gpu": ["dockerfile"], "Dockerfile.cpu": ["dockerfile", "--device", "cpu"],
+               "Dockerfile.gpu-pypi": ["dockerfile", "--device", "gpu", "--base", "pypi"]}
 
 
 def render(argv):
