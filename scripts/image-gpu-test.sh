@@ -22,8 +22,9 @@ import json, sys
 config = json.load(sys.stdin)["Docker"]["config"]
 label = (config.get("Labels") or {}).get("org.mlperf-hvd-suite.min-nvidia-driver")
 env = dict(item.split("=", 1) for item in config.get("Env") or [])
-if not label or env.get("SUITE_MIN_NVIDIA_DRIVER") != label:
-    print(f"minimum driver: label {label!r}, SUITE_MIN_NVIDIA_DRIVER {env.get(\"SUITE_MIN_NVIDIA_DRIVER\")!r}")
+stated = env.get("SUITE_MIN_NVIDIA_DRIVER")
+if not label or stated != label:
+    print(f"minimum driver: label {label!r}, SUITE_MIN_NVIDIA_DRIVER {stated!r}")
 else:
     print(f"ok {label}")'
 }
@@ -60,4 +61,6 @@ gpu_main() {
   log "passed in $((SECONDS - started)) s"
 }
 
-gpu_main "$@"
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  gpu_main "$@"
+fi
