@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from suite.cluster.report.figures import efficiency_loss, step_splits
-from suite.cluster.report.splits import THIS_SWEEP, speedups
+from suite.cluster.report.splits import THIS_SWEEP, source_groups, speedups
 from suite.common import mlperf_rules
 
 # The causes a step split names, as the headline says them.
@@ -100,43 +100,23 @@ def blocks(scales, data=None, price_per_gpu_hour=None):
     """The headline section: per benchmark and source, one sentence per step and where a result costs
     least. scales: the splits Scales; data: the loaded sweep, whose step splits name the causes inside
     the throughput factor of its own steps."""
-    pairs = speedups(scales)
-    if not pairs and not any(scale.summary for scale in scales):
+    groups = sorted(source_groups(scales).items(), key=lambda item: item[0][1])
+    if not groups:
         return []
     lines = []
-    for benchmark in sorted({scale.benchmark for scale in scales}):
+    for (_, benchmark), group in groups:
         unit = mlperf_rules.convergence_unit(benchmark)
-        for group in _groups(scales, benchmark):
-            steps = [(small, large, factors) for small, large, factors in pairs
-                     if small.group == group[0].group and small.benchmark == benchmark]
-            name = _source_name(group[0])
-            for small, large, factors in steps:
-                causes = _causes_of(data, small, large)
-                lines.append(f"{benchmark}, {name}, {sentence(small, large, factors, unit, causes)}")
-            lines.append(f"{benchmark}, {name}: {_cost_line(group, price_per_gpu_hour)}")
+        name = group[0].source_name
+        for small, large, factors in speedups(group):
+            causes = _causes_of(data, small, large)
+            lines.append(f"{benchmark}, {name}, {sentence(small, large, factors, unit, causes)}")
+        lines.append(f"{benchmark}, {name}: {_cost_line(group, price_per_gpu_hour)}")
     return [("h2", "Headline"), ("p", INTRO), ("list", lines)]
 
 
 INTRO = ("Each step between two scales of one source: its efficiency (time-to-train speed-up over the GPU "
          "ratio) and the points of it each factor cost, shared by logarithms so that they add up to the "
          "points lost (the time-to-train split below gives the factors).")
-
-
-def _groups(scales, benchmark):
-    found = {}
-    for scale in scales:
-        if scale.benchmark == benchmark and scale.summary and scale.folder.gpus:
-            found.setdefault(scale.group, []).append(scale)
-    return [sorted(members, key=lambda s: (s.folder.gpus, s.folder.global_batch_size))
-            for members in found.values()]
-
-
-def _source_name(scale):
-    """The source without the system: "this sweep", or a published folder's submitter and round."""
-    if scale.source == THIS_SWEEP:
-        return THIS_SWEEP
-    parts = scale.label.split(" · ")
-    return " · ".join(part for part in parts if part != scale.system)
 
 
 def _causes_of(data, small, large):

@@ -17,10 +17,15 @@ def make_plots(data, folder, threshold_pct, scaling_mode="auto"):
                        ("allreduce.png", _plot_allreduce), ("attribution.png", _plot_attribution)):
         figure = draw(plt, data, threshold_pct, scaling_mode)
         if figure is not None:
-            figure.savefig(os.path.join(folder, name), dpi=100)
-            plt.close(figure)
-            written.append(name)
+            written.append(_save(plt, figure, folder, name))
     return written
+
+
+def _save(plt, figure, folder, name):
+    """Writes the figure as folder/name and frees it; returns name."""
+    figure.savefig(os.path.join(folder, name), dpi=100)
+    plt.close(figure)
+    return name
 
 
 def _plot_ttt(plt, data, threshold_pct, scaling_mode):
@@ -220,9 +225,7 @@ def make_split_plots(scales, folder):
         axes.invert_yaxis()
         axes.legend(fontsize=8)
         figure.tight_layout()
-        figure.savefig(os.path.join(folder, image_name(benchmark)), dpi=100)
-        plt.close(figure)
-        written.append(image_name(benchmark))
+        written.append(_save(plt, figure, folder, image_name(benchmark)))
     return written
 
 
@@ -243,15 +246,12 @@ def make_scaling_pictures(scales, folder):
     import matplotlib.ticker
 
     from suite.cluster.report.split_section import picture_name
-    from suite.cluster.report.splits import THIS_SWEEP
+    from suite.cluster.report.splits import THIS_SWEEP, source_groups
     written = []
+    by_source = source_groups(scales)
     for benchmark in sorted({s.benchmark for s in scales}):
-        groups = {}
-        for scale in scales:
-            if scale.benchmark == benchmark and scale.summary and scale.folder.gpus:
-                groups.setdefault(scale.group, []).append(scale)
-        groups = {group: sorted(members, key=lambda s: (s.folder.gpus, s.folder.global_batch_size))
-                  for group, members in groups.items() if len({s.folder.gpus for s in members}) > 1}
+        groups = {group: members for (group, of), members in by_source.items()
+                  if of == benchmark and len({s.folder.gpus for s in members}) > 1}
         if not groups:
             continue
         figure, axes = plt.subplots(figsize=(8, 5.5))
@@ -263,7 +263,7 @@ def make_scaling_pictures(scales, folder):
             base = members[0]
             published = base.source != THIS_SWEEP
             what = "published" if published else "measured"
-            name = base.label.replace(f" · {base.system}", "")
+            name = base.source_name
             start = base.folder.gpus / smallest
             gpus = [s.folder.gpus for s in members]
             throughput = [start * s.summary.samples_per_second / base.summary.samples_per_second
@@ -285,7 +285,5 @@ def make_scaling_pictures(scales, folder):
         axes.grid(alpha=0.3, which="both")
         axes.legend(fontsize=7)
         figure.tight_layout()
-        figure.savefig(os.path.join(folder, picture_name(benchmark)), dpi=100)
-        plt.close(figure)
-        written.append(picture_name(benchmark))
+        written.append(_save(plt, figure, folder, picture_name(benchmark)))
     return written

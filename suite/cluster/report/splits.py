@@ -47,11 +47,24 @@ class Scale:
             return self.name
         if self.source == THIS_SWEEP:
             return f"{THIS_SWEEP} · {self.system}"
+        who, round_ = self._origin()
+        return " · ".join([who, self.system, *round_])
+
+    @property
+    def source_name(self):
+        """The label without the system: "this sweep", or a published folder's submitter and round."""
+        if self.source == THIS_SWEEP:
+            return THIS_SWEEP
+        who, round_ = self._origin()
+        return " · ".join([who, *round_])
+
+    def _origin(self):
+        """(submitter, or the earlier sweep's folder; [round] or []) of a --compare scale, from its path."""
         parts = os.path.abspath(self.folder.path).split(os.sep)
         submitter = parts[-4] if len(parts) >= 4 and parts[-3] == "results" else None
         round_ = ROUND.search(os.path.abspath(self.folder.path))
-        named = [submitter or f"sweep {os.path.basename(os.path.abspath(self.source))}", self.system]
-        return " · ".join(named + ([f"v{round_.group(1)}.{round_.group(2)}"] if round_ else []))
+        return (submitter or f"sweep {os.path.basename(os.path.abspath(self.source))}",
+                [f"v{round_.group(1)}.{round_.group(2)}"] if round_ else [])
 
     @property
     def gpu_hours_per_result(self):
@@ -166,18 +179,21 @@ def ruleset_of(path):
     return f"{match.group(1)}.{match.group(2)}.0" if match else mlperf_rules.RULESET
 
 
-def speedups(scales):
-    """(smaller, larger, SpeedupFactors) for each two scales of one group and benchmark next in GPUs."""
-    pairs = []
+def source_groups(scales):
+    """{(group, benchmark): its scored scales by GPUs, then global batch}: the scales of one source
+    and benchmark, which the factors, the headline and the scaling picture compare with each other."""
     groups = {}
     for scale in scales:
         if scale.summary and scale.folder.gpus:
             groups.setdefault((scale.group, scale.benchmark), []).append(scale)
-    for members in groups.values():
-        members.sort(key=lambda s: (s.folder.gpus, s.folder.global_batch_size))
-        for small, large in zip(members, members[1:]):
-            pairs.append((small, large, factor_speedup(small.summary, large.summary)))
-    return pairs
+    return {key: sorted(members, key=lambda s: (s.folder.gpus, s.folder.global_batch_size))
+            for key, members in groups.items()}
+
+
+def speedups(scales):
+    """(smaller, larger, SpeedupFactors) for each two scales of one group and benchmark next in GPUs."""
+    return [(small, large, factor_speedup(small.summary, large.summary))
+            for members in source_groups(scales).values() for small, large in zip(members, members[1:])]
 
 
 def batch_choices(scales):
