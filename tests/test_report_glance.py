@@ -115,3 +115,16 @@ def test_a_batch_comparison_across_two_systems_says_both_differ(tmp_path):
     assert result.returncode == 0, result.stderr
     text = (tmp_path / "out" / "report.md").read_text()
     assert "These two are different systems as well as different batches (xe8545 against dgx)" in text
+
+
+def test_the_sweeps_own_step_splits_its_throughput_points_between_the_measured_causes(built):
+    import re
+    _, markdown = built
+    line, = [line for line in markdown.splitlines() if line.startswith("- resnet, this sweep, 1 → 2 GPUs:")]
+    found = re.search(r"Throughput kept [\d.]+ % \((cost|gained) ([\d.]+) points: (.*?)\);", line)
+    assert found, line
+    named = "|".join(re.escape(name) for name in headline.CAUSES.values())
+    causes = {name: float(value) for name, value in re.findall(rf"({named}) ([+-][\d.]+)", found.group(3))}
+    assert set(causes) == set(headline.CAUSES.values())
+    throughput = float(found.group(2)) * (1 if found.group(1) == "cost" else -1)
+    assert sum(causes.values()) == pytest.approx(throughput, abs=0.25)
