@@ -14,27 +14,19 @@ def recorded(monkeypatch):
     return calls
 
 
-def place(monkeypatch, local_rank, local_size):
-    monkeypatch.setattr(dist.hvd, "local_rank", lambda: local_rank)
-    monkeypatch.setattr(dist.hvd, "local_size", lambda: local_size)
-
-
 def test_each_local_rank_gets_its_own_gpu(monkeypatch, recorded):
     gpus = [f"gpu{i}" for i in range(8)]
-    place(monkeypatch, 5, 8)
-    dist._pin_gpu(gpus)
+    dist._pin_gpu(gpus, 5, 8)
     assert recorded["visible"] == [("gpu5", "GPU")]
     assert recorded["growth"] == [(g, True) for g in gpus]
 
 
 def test_a_gpu_bound_by_the_launcher_is_used_whatever_the_local_rank(monkeypatch, recorded):
-    place(monkeypatch, 3, 8)  # e.g. srun --gpus-per-task=1: each task sees one GPU
-    dist._pin_gpu(["gpu0"])
+    dist._pin_gpu(["gpu0"], 3, 8)  # e.g. srun --gpus-per-task=1: each task sees one GPU
     assert recorded["visible"] == [("gpu0", "GPU")]
 
 
 def test_more_ranks_than_gpus_on_a_host_is_refused_naming_the_host(monkeypatch, recorded):
-    place(monkeypatch, 0, 8)
     with pytest.raises(dist.LaunchError, match=r"runs 8 ranks but has 4 GPUs"):
-        dist._pin_gpu(["gpu0", "gpu1", "gpu2", "gpu3"])
+        dist._pin_gpu(["gpu0", "gpu1", "gpu2", "gpu3"], 0, 8)
     assert recorded["visible"] == []

@@ -415,15 +415,16 @@ MPI_INIT = [("mpirun", True), ("srun", True), ("mpiexec", True),
 
 
 @pytest.mark.parametrize("launcher,uses_comm", MPI_INIT)
-def test_horovod_joins_mpi_comm_world_under_mpi_launchers(dist, monkeypatch, launcher, uses_comm):
+def test_horovod_joins_mpi_comm_world_under_mpi_launchers(monkeypatch, launcher, uses_comm):
     """A stand-in mpi4py, so the test process itself never starts MPI."""
+    from suite.train import horovod_backend
     calls = []
     world = object()
     fake_mpi = types.SimpleNamespace(COMM_WORLD=world)
     monkeypatch.setitem(sys.modules, "mpi4py", types.SimpleNamespace(MPI=fake_mpi))
     monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake_mpi)
-    monkeypatch.setattr(dist.hvd, "init", lambda **kwargs: calls.append(kwargs))
-    dist._start_horovod(launcher)
+    monkeypatch.setattr(horovod_backend.hvd, "init", lambda **kwargs: calls.append(kwargs))
+    horovod_backend._start_horovod(launcher)
     assert calls == ([{"comm": world}] if uses_comm else [{}])
 
 

@@ -14,6 +14,8 @@ class ConfigError(ValueError):
 
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+# The distribution backends (suite/train/backend.py), by the names the distribution setting takes.
+DISTRIBUTIONS = ("horovod", "tf")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +31,7 @@ class CommonConfig:
     xla: bool = False
     """Compile the forward and backward pass with XLA (jit_compile)."""
     fp16_allreduce: bool = False
-    """Compress gradients to fp16 for the Horovod allreduce."""
+    """Compress gradients to fp16 for the allreduce (either backend)."""
     data_dir: str = ""
     """Dataset directory (TFRecords); ignored when synthetic is set."""
     synthetic: bool = False
@@ -57,9 +59,13 @@ class CommonConfig:
     """TensorFlow kernel (intra-op) threads per rank on a CPU; 0 lets the suite choose: the host's cores
     shared between its local ranks. A rank with fewer than the host's cores runs one inter-op thread
     (suite/train/dist.py, inter_op_threads)."""
+    distribution: str = "horovod"
+    """What distributes the run: horovod (Horovod's allreduce) or tf (TensorFlow's own collectives,
+    MultiWorkerMirroredStrategy; under mpirun, srun or suite.cluster.launch, not horovodrun). The model,
+    optimizer, data, evaluation and MLPerf log are the same under both (suite/train/backend.py)."""
     gradient_allreduce: bool = True
-    """Average gradients over ranks with Horovod's DistributedGradientTape. false (one process only)
-    runs the same step with a plain GradientTape: the control that measures Horovod's own cost."""
+    """Average gradients over ranks through the distribution backend. false (one process only) runs the
+    same step with a plain GradientTape: the control that measures the backend's own cost."""
     throughput_warmup_steps: int = 5
     """--throughput: untimed steps first (tracing, allocator and cache warm-up)."""
     throughput_steps: int = 20
@@ -78,6 +84,8 @@ class CommonConfig:
             found.append(f"global_batch_size must be positive, not {self.global_batch_size}")
         if self.precision not in PRECISIONS:
             found.append(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.distribution not in DISTRIBUTIONS:
+            found.append(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, not {self.distribution!r}")
         if self.log_every <= 0:
             found.append(f"log_every must be positive, not {self.log_every}")
         if self.poison_weights_at_step < 0:

@@ -10,7 +10,7 @@ import os
 
 from suite.common import benchmarks, profiles
 from suite.common.busbw import WARN_BELOW
-from suite.common.config import ConfigError, describe_fields, load_file, resolve
+from suite.common.config import DISTRIBUTIONS, ConfigError, describe_fields, load_file, resolve
 from suite.common.workload import local_batch_size
 
 
@@ -19,9 +19,10 @@ def build_parser(benchmark, parser_class=argparse.ArgumentParser):
     presets, default_preset = benchmark.presets, benchmark.default_preset
     parser = parser_class(
         prog=f"python -m {benchmark.module}",
-        description=f"MLPerf Training {benchmark.title} with TensorFlow + Horovod. Runs unchanged on one "
-                    f"process or under horovodrun, mpirun or srun. Settings come from a preset, then "
-                    f"--config, then --data-dir/--run-dir, then each --set.",
+        description=f"MLPerf Training {benchmark.title} with TensorFlow, distributed by Horovod or by "
+                    f"TensorFlow's own collectives. Runs unchanged on one process or under horovodrun, "
+                    f"mpirun or srun. Settings come from a preset, then --config, then "
+                    f"--data-dir/--distribution, then each --set.",
         epilog="Presets:\n" + "\n".join(f"  {preset_name}: {preset.describe()}"
                                         for preset_name, preset in presets.items())
                + "\n\nSettings (--set key=value):\n" + "\n".join(describe_fields(benchmark.config_cls)),
@@ -31,6 +32,10 @@ def build_parser(benchmark, parser_class=argparse.ArgumentParser):
     parser.add_argument("--data-dir", help="dataset directory (overrides the preset's data_dir)")
     parser.add_argument("--run-dir", help="where the MLPerf log and run records go "
                                           "(default: runs/<preset>-<time>)")
+    parser.add_argument("--distribution", choices=DISTRIBUTIONS,
+                        help="horovod (default): Horovod's allreduce; tf: TensorFlow's own collectives "
+                             "(MultiWorkerMirroredStrategy), under mpirun, srun or suite.cluster.launch, "
+                             "not horovodrun (the distribution setting)")
     parser.add_argument("--config", metavar="FILE", help="JSON or YAML file of settings")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting; repeatable")
@@ -64,6 +69,8 @@ def build_parser(benchmark, parser_class=argparse.ArgumentParser):
 def resolve_config(args, benchmark):
     """The frozen config from parsed flags; raises ConfigError naming the flag, key or file."""
     extra = {"data_dir": args.data_dir} if args.data_dir else {}
+    if args.distribution:
+        extra["distribution"] = args.distribution
     return resolve(benchmark.config_cls, benchmark.presets, args.preset, args.config, args.sets, extra)
 
 

@@ -91,6 +91,8 @@ class Window:
     def _cannot_record(self):
         if self._world.size == 1:
             return "one rank: nothing is negotiated or reduced"
+        if getattr(self._world, "distribution", "horovod") != "horovod":
+            return f"the {self._world.distribution} backend keeps no Horovod timeline"
         setting = self._env.get(TIMELINE_VARIABLE)
         if not setting:
             return f"{TIMELINE_VARIABLE} was not set before Horovod started"

@@ -1,17 +1,20 @@
-"""Horovod set-up in one place: init, device pinning, the gradient tape, broadcasts and reductions."""
+"""The run's place in the job and its collectives: the launcher, the device, and the backend behind them.
+
+initialize() finds the launcher, joins the job through the chosen distribution backend
+(suite/train/backend.py: horovod or tf), pins this rank's device and sizes its thread pools; the
+functions below are what the loop, the evaluation and the session call, whichever backend is in use.
+"""
 import os
 import socket
 from dataclasses import dataclass
 
 import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
-import numpy as np
 import tensorflow as tf
-import horovod.tensorflow as hvd
 
+from suite.train.backend import DISTRIBUTIONS, LaunchError
 
-class LaunchError(RuntimeError):
-    """The processes were started in a way the run cannot use (e.g. more ranks than GPUs on a host)."""
+_backend = None  # set by initialize()
 
 
 @dataclass(frozen=True)
@@ -27,14 +30,11 @@ class World:
     launcher: str
     controller: str
     device: str
+    distribution: str = "horovod"
 
     @property
     def is_root(self):
         return self.rank == 0
-
-
-# Launchers that start MPI ranks: Horovod must join their MPI_COMM_WORLD, not start a job of its own.
-MPI_LAUNCHERS = ("mpirun", "srun", "mpiexec")
 
 
 def detect_launcher(env=None):
@@ -62,30 +62,26 @@ def launcher_size(env=None):
     return None
 
 
-def _start_horovod(launcher):
-    """hvd.init on the launcher's MPI_COMM_WORLD under an MPI launch; Horovod's own set-up otherwise."""
-    if launcher in MPI_LAUNCHERS:
-        try:
-            # Importing mpi4py.MPI initialises MPI with THREAD_MULTIPLE (mpi4py's default), the level
-            # Horovod's background thread needs; Horovod then adopts (duplicates) the communicator.
-            from mpi4py import MPI
-        except ImportError:
-            MPI = None  # Horovod initialises MPI itself, on COMM_WORLD all the same
-        if MPI is not None:
-            # Horovod: join the ranks the MPI launcher started.
-            hvd.init(comm=MPI.COMM_WORLD)
-            return
-    # Horovod: Gloo rendezvous (horovodrun --gloo) or a single process.
-    hvd.init()
-
-
-def _check_size(launcher):
+def _check_size(launcher, backend, size):
     # An mpi4py or Horovod built against another MPI than the launcher's sees a world of one in
     # every process: N copies of a one-rank run, all writing the same run directory.
     expected = launcher_size()
-    if expected is not None and expected != hvd.size():
-        raise LaunchError(f"{launcher} started {expected} processes but Horovod sees {hvd.size()}; "
+    if expected is not None and expected != size:
+        library = "Horovod" if backend == "horovod" else "mpi4py"
+        raise LaunchError(f"{launcher} started {expected} processes but {library} sees {size}; "
                           f"Horovod and mpi4py must use the MPI library of the launcher")
+
+
+def make_backend(distribution):
+    """The backend named by the distribution setting; each is imported only when chosen, so that a tf
+    run never loads Horovod."""
+    if distribution == "horovod":
+        from suite.train.horovod_backend import HorovodBackend
+        return HorovodBackend()
+    if distribution == "tf":
+        from suite.train.tf_backend import TensorFlowBackend
+        return TensorFlowBackend()
+    raise LaunchError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, not {distribution!r}")
 
 
 def gpus_visible():
@@ -93,30 +89,35 @@ def gpus_visible():
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def initialize(cpu_threads=0):
-    """Starts Horovod and gives this process its device; call before building any model.
+def initialize(cpu_threads=0, distribution="horovod"):
+    """Joins the job through the named backend and gives this process its device; call before building
+    any model.
 
     cpu_threads: TensorFlow threads per rank on a CPU; 0 lets cpu_threads_per_rank choose.
     """
+    global _backend
     suite.require_keras2(tf)
     launcher = detect_launcher()
+    backend = make_backend(distribution)
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
-        cpu_horovod_defaults(os.environ)  # Horovod reads them in hvd.init
-    _start_horovod(launcher)
-    _check_size(launcher)
+        cpu_horovod_defaults(os.environ)  # Horovod and MPI read them when they start
+    member = backend.join(launcher)
+    _check_size(launcher, distribution, member.size)
     if gpus:
-        _pin_gpu(gpus)
+        _pin_gpu(gpus, member.local_rank, member.local_size)
         device = "gpu"
     else:
         cores = os.cpu_count() or 1
-        threads = cpu_threads or cpu_threads_per_rank(cores, hvd.local_size())
+        threads = cpu_threads or cpu_threads_per_rank(cores, member.local_size)
         _set_thread_pools(threads, inter_op_threads(threads, cores, os.environ))
         device = "cpu"
-    return World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
-                 local_size=hvd.local_size(), cross_size=hvd.cross_size(),
-                 host=socket.gethostname(), launcher=launcher,
-                 controller="gloo" if hvd.gloo_enabled() else "mpi", device=device)
+    backend.connect(device)
+    _backend = backend
+    return World(rank=member.rank, size=member.size, local_rank=member.local_rank,
+                 local_size=member.local_size, cross_size=member.cross_size,
+                 host=socket.gethostname(), launcher=launcher, controller=member.controller,
+                 device=device, distribution=distribution)
 
 
 # What a CPU job's Horovod and MPI get unless its environment says otherwise, so that a raw
@@ -171,39 +172,31 @@ def _set_thread_pools(threads, inter_op):
         pass  # TensorFlow already ran ops in this process (a caller's choice); keep its pools
 
 
-def _pin_gpu(gpus):
-    """One GPU per process, chosen by the local rank."""
+def _pin_gpu(gpus, local_rank, local_size):
+    """One GPU per process, chosen by the local rank (the device policy of both backends)."""
     if len(gpus) == 1:
         # The launcher bound one GPU to this process already (Slurm --gpus-per-task, a
         # per-rank CUDA_VISIBLE_DEVICES), so the local rank no longer indexes the host's GPUs.
         chosen = gpus[0]
-    elif hvd.local_size() > len(gpus):
-        raise LaunchError(f"host {socket.gethostname()} runs {hvd.local_size()} ranks but has "
+    elif local_size > len(gpus):
+        raise LaunchError(f"host {socket.gethostname()} runs {local_size} ranks but has "
                           f"{len(gpus)} GPUs; lower -np or the hostfile's slots")
     else:
-        chosen = gpus[hvd.local_rank()]
+        chosen = gpus[local_rank]
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
-    # Horovod: pin one GPU per process, chosen by the local rank.
+    # Horovod: pin one GPU per process, chosen by the local rank (TensorFlow's strategy then sees one).
     tf.config.set_visible_devices(chosen, "GPU")
 
 
-def distributed_tape(tape, fp16_allreduce=False):
-    """Wraps a GradientTape so gradient() returns gradients averaged over all ranks."""
-    # Horovod: average gradients across ranks with a (fused) allreduce. Embedding lookups give
-    # sparse gradients, which Horovod would allgather; as dense they join the fused allreduce.
-    return hvd.DistributedGradientTape(tape, compression=_compression(fp16_allreduce), sparse_as_dense=True)
+def gradients(tape, loss, variables, fp16_allreduce=False):
+    """tape.gradient(loss, variables), averaged over all ranks; inside the train step."""
+    return _backend.gradients(tape, loss, variables, fp16_allreduce)
 
 
 def allreduce_gradients(gradients, fp16_allreduce=False):
     """Averages a list of dense gradients over all ranks (used after local gradient accumulation)."""
-    # Horovod: one grouped (fused) allreduce for every gradient, as DistributedGradientTape does.
-    return hvd.grouped_allreduce(list(gradients), op=hvd.Average, compression=_compression(fp16_allreduce),
-                                 name="accumulated_gradients")
-
-
-def _compression(fp16_allreduce):
-    return hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none
+    return _backend.reduce_mean(list(gradients), fp16_allreduce)
 
 
 def optimizer_variables(optimizer):
@@ -213,40 +206,37 @@ def optimizer_variables(optimizer):
 
 
 def broadcast_state(model, optimizer):
-    """Copies rank 0's model and optimizer state to every rank (inside the first train step)."""
-    # Horovod: broadcast after the first gradient step, when the optimizer slots exist.
-    hvd.broadcast_variables(model.variables, root_rank=0)
-    hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
+    """Copies rank 0's model and optimizer state to every rank (after the first train step, when the
+    optimizer's slots exist)."""
+    _backend.broadcast_variables(model.variables)
+    _backend.broadcast_variables(optimizer_variables(optimizer))
 
 
 def average_variables(variables, name):
     """Replaces each variable by its mean over ranks (e.g. BN moving statistics before evaluation)."""
     variables = list(variables)
-    if not variables:
-        return
-    # Horovod: one fused allreduce for the whole group.
-    averaged = hvd.grouped_allreduce([v.read_value() for v in variables], op=hvd.Average, name=name)
-    for variable, value in zip(variables, averaged):
-        variable.assign(value)
+    if variables:
+        _backend.average_variables(variables, name)
 
 
 def allreduce_sum(values, name):
     """Sums a small float vector over all ranks, in float64 so counts stay exact."""
-    tensor = tf.constant(np.asarray(values, dtype=np.float64))
-    # Horovod: exact sums (not averages) for evaluation counts.
-    return hvd.allreduce(tensor, op=hvd.Sum, name=name).numpy()
+    return _backend.sum(values, name)
 
 
 def broadcast_value(value, name):
     """Rank 0's Python object on every rank."""
-    # Horovod: one decision (seed, run id) shared by all ranks.
-    return hvd.broadcast_object(value, root_rank=0, name=name)
+    return _backend.broadcast_object(value, name)
 
 
 def allgather_object(value, name):
     """A list with every rank's Python object, in rank order."""
-    # Horovod: collect per-rank measurements on all ranks.
-    return hvd.allgather_object(value, name=name)
+    return _backend.allgather_object(value, name)
+
+
+def allreduce_ops():
+    """The backend's allreduce in Horovod's signature, for the timed allreduce probe."""
+    return _backend.allreduce_ops()
 
 
 def seed_per_rank(seed, rank):
@@ -254,19 +244,21 @@ def seed_per_rank(seed, rank):
     tf.keras.utils.set_random_seed((seed + rank) % 2**31)
 
 
+def failed_in_a_peer(err):
+    """True for the error a collective raises because another rank failed or left."""
+    return _backend is not None and _backend.failed_in_a_peer(err)
+
+
 def nccl_built():
-    return bool(hvd.nccl_built())
+    return _backend.nccl_built()
 
 
 def barrier(name):
     """Returns once every rank has reached it."""
-    # Horovod: a one-element allreduce completes only when every rank has submitted it.
-    hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name=name).numpy()
+    _backend.barrier(name)
 
 
 def shutdown():
-    """Stops Horovod so ranks blocked in a collective with this one fail instead of hanging."""
-    try:
-        hvd.shutdown()
-    except Exception:  # noqa: BLE001 - best effort on the way out
-        pass
+    """Frees ranks blocked in a collective with this one, where the backend can."""
+    if _backend is not None:
+        _backend.shutdown()

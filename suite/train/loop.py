@@ -18,8 +18,8 @@ from suite.train.mlperf import ABORTED, SUCCESS
 def make_train_step(job, fp16_allreduce=False, xla=False, allreduce=True):
     """Returns step(features, labels) -> loss: one synchronous data-parallel update.
 
-    allreduce=False leaves Horovod out of the step (a plain tape, no collective): one process only,
-    the control that measures what Horovod itself costs.
+    allreduce=False leaves the distribution backend out of the step (a plain tape, no collective): one
+    process only, the control that measures what the backend itself costs.
 
     With job.accumulation_steps = k > 1 the per-rank batch is split into k micro-batches whose
     gradients are summed locally; one allreduce then averages them over ranks, and the optimizer
@@ -33,7 +33,7 @@ def make_train_step(job, fp16_allreduce=False, xla=False, allreduce=True):
         return job.loss_fn(model, features, labels)
 
     # XLA compiles the forward/backward computation; the allreduce stays outside it, since
-    # Horovod's ops are not XLA kernels on every build.
+    # Horovod's ops are not XLA kernels on every build (and so both backends reduce alike).
     forward = tf.function(compute_loss, jit_compile=True) if xla else compute_loss
 
     def scaled_loss_and_tape(features, labels):
@@ -52,9 +52,11 @@ def make_train_step(job, fp16_allreduce=False, xla=False, allreduce=True):
     @tf.function(autograph=False)
     def step(features, labels):
         loss, scaled, tape = scaled_loss_and_tape(features, labels)
+        variables = model.trainable_variables
         if allreduce:
-            tape = dist.distributed_tape(tape, fp16_allreduce)
-        apply(tape.gradient(scaled, model.trainable_variables))
+            apply(dist.gradients(tape, scaled, variables, fp16_allreduce))
+        else:
+            apply(tape.gradient(scaled, variables))
         return loss
 
     @tf.function
@@ -180,6 +182,7 @@ class RunOutcome:
     train_seconds: float
     timing: dict
     window: dict = None  # attribution: the timeline window's record (suite/train/attribution.py)
+    loss_curve: list = field(default_factory=list)  # [step, rank 0's loss] at every timing interval
 
 
 def train(job, world, log, config, say=print, run_dir=None):
@@ -220,7 +223,7 @@ def train(job, world, log, config, say=print, run_dir=None):
     dist.barrier("start_line")
     run_started = time.perf_counter()
     iterator = iter(job.train_data)
-    evals, accuracy, status, loss, synced = [], float("nan"), ABORTED, None, False
+    evals, accuracy, status, loss, synced, curve = [], float("nan"), ABORTED, None, False, []
     timer.begin()
     for block in blocks:
         log.block_start(block.first_epoch_num, block.epoch_count)
@@ -234,9 +237,9 @@ def train(job, world, log, config, say=print, run_dir=None):
                 timer.add_wait(time.perf_counter() - fetched)
                 loss = train_step(features, labels)
                 if not synced:
-                    # Horovod: start every rank from rank 0's state, once the optimizer's slots
-                    # exist. Done eagerly rather than behind a flag in the step, which would
-                    # trace the whole step twice.
+                    # Start every rank from rank 0's state, once the optimizer's slots exist.
+                    # Done eagerly rather than behind a flag in the step, which would trace the
+                    # whole step twice.
                     dist.broadcast_state(job.model, job.optimizer)
                     synced = True
                 step += 1
@@ -247,12 +250,14 @@ def train(job, world, log, config, say=print, run_dir=None):
                 window.after_step(interval)  # attribution: stops before any other collective
                 if interval:
                     check_finite(loss, step)
+                    curve.append([step, float(loss)])
                     _report_progress(say, job, world, step, loss, interval)
             if epoch_num is not None:
                 log.epoch_stop(epoch_num)
         window.stop()  # attribution: before the evaluation's collectives
         if timer.flush(loss):
             check_finite(loss, step)
+            curve.append([step, float(loss)])
         log.eval_start(block.eval_epoch_num)
         accuracy, counted = evaluate(job, eval_step, name=f"eval_{block.eval_epoch_num}")
         log.eval_result(block.eval_epoch_num, accuracy)
@@ -272,7 +277,7 @@ def train(job, world, log, config, say=print, run_dir=None):
                       evals=evals, steps=step,
                       train_seconds=time.perf_counter() - run_started,
                       timing={**timer.summary(), "trace_seconds": trace_seconds},
-                      window=window.record())
+                      window=window.record(), loss_curve=curve)
 
 
 class NonFiniteLoss(ValueError):

@@ -1,4 +1,4 @@
-"""One run of one benchmark on this job: Horovod up, MLPerf log, workload built, loop, records written."""
+"""One run of one benchmark on this job: the backend up, MLPerf log, workload built, loop, records written."""
 import gc
 import os
 import random
@@ -84,13 +84,14 @@ def run(spec, config, preset, run_dir=None, options=Options()):
 def _run(spec, config, preset, run_dir, state, options):
     started = time.time()
     phases = startup.Phases()
-    # attribution: HOROVOD_TIMELINE=DYNAMIC before hvd.init (multi-rank GPU runs)
-    attribution.enable_timeline(gpu=dist.gpus_visible())
-    state.world = world = dist.initialize(config.cpu_threads)
+    if config.distribution == "horovod":
+        # attribution: HOROVOD_TIMELINE=DYNAMIC before hvd.init (multi-rank GPU runs)
+        attribution.enable_timeline(gpu=dist.gpus_visible())
+    state.world = world = dist.initialize(config.cpu_threads, config.distribution)
     phases.mark("horovod_init")
     if not config.gradient_allreduce and world.size > 1:
-        raise dist.LaunchError(f"gradient_allreduce=false is for one process (it leaves Horovod out of "
-                               f"the step), but {world.launcher} started {world.size}; drop the setting "
+        raise dist.LaunchError(f"gradient_allreduce=false is for one process (it leaves the backend out "
+                               f"of the step), but {world.launcher} started {world.size}; drop the setting "
                                f"or run -np 1")
     ranks = dist.allgather_object({"rank": world.rank, "host": world.host, "local_rank": world.local_rank,
                                    "pid": os.getpid()}, "ranks")
@@ -256,7 +257,7 @@ def _check_network(world, ranks, nccl_log, options):
     nodes = len({r["host"] for r in ranks})
     if world.size == 1 or (world.device == "cpu" and nodes == 1 and not options.require_rdma):
         return None
-    row = network.probe(dist.hvd, world)
+    row = network.probe(dist.allreduce_ops(), world)
     mine = nccl_log.read(world.host, os.getpid()) if nccl_log else None
     transports = dist.allgather_object(mine, "nccl_transport")
     library = "nccl" if nccl_log else world.controller
@@ -322,6 +323,8 @@ def _summary(spec, job, world, outcome, per_rank, seed, wall_seconds):
         "weights_in_sync": len({r["weights_digest"] for r in ranks}) == 1,
         "division": job.division.name,
         "seed": seed,
+        "distribution": world.distribution,
+        "loss_curve": outcome.loss_curve,
     }
 
 
@@ -345,8 +348,8 @@ def _abort(spec, state, err):
         else:
             time.sleep(VERDICT_GRACE_SECONDS)
         return 1
-    caused_elsewhere = isinstance(err, _PeerFailed) or "Horovod has been shut down" in str(err)
-    # Rank 0 sees only Horovod's shutdown; the rank watch knows which rank failed, if it has heard.
+    caused_elsewhere = isinstance(err, _PeerFailed) or dist.failed_in_a_peer(err)
+    # Rank 0 sees only its backend's error; the rank watch knows which rank failed, if it has heard.
     cause = watch.cause(wait=1.0) if caused_elsewhere and watch and world.is_root else None
     if caused_elsewhere:
         message = f"stopped because {cause.describe()}" if cause else "stopped because another rank failed"
