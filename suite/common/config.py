@@ -63,9 +63,19 @@ class CommonConfig:
     """What distributes the run: horovod (Horovod's allreduce) or tf (TensorFlow's own collectives,
     MultiWorkerMirroredStrategy; under mpirun, srun or suite.cluster.launch, not horovodrun). The model,
     optimizer, data, evaluation and MLPerf log are the same under both (suite/train/backend.py)."""
+    tf_pack_mb: float = 4.0
+    """distribution=tf: gradients go to TensorFlow's all-reduce in packs of at least this many MiB
+    (CommunicationOptions.bytes_per_pack), so that a pack is reduced while the backward pass computes
+    the next; 0 sends them all as one after the backward pass. Chosen from side-by-side runs on a
+    2-core CPU host (BENCHMARKS.md, "The two backends"); unmeasured on GPUs. Horovod ignores it."""
     gradient_allreduce: bool = True
     """Average gradients over ranks through the distribution backend. false (one process only) runs the
     same step with a plain GradientTape: the control that measures the backend's own cost."""
+    step_split_steps: int = 0
+    """After run_stop, time this many steps with the collective and as many without it, alternating, on
+    every rank at once: summary.json's step split by subtraction (compute, exposed communication, input
+    wait, imbalance) for runs without a Horovod timeline, the same method under both backends
+    (suite/train/step_split.py). 0: not measured. One process: nothing to split."""
     throughput_warmup_steps: int = 5
     """--throughput: untimed steps first (tracing, allocator and cache warm-up)."""
     throughput_steps: int = 20
@@ -86,12 +96,14 @@ class CommonConfig:
             found.append(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.distribution not in DISTRIBUTIONS:
             found.append(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, not {self.distribution!r}")
+        if self.tf_pack_mb < 0:
+            found.append(f"tf_pack_mb must be 0 or more, not {self.tf_pack_mb}")
         if self.log_every <= 0:
             found.append(f"log_every must be positive, not {self.log_every}")
         if self.poison_weights_at_step < 0:
             found.append(f"poison_weights_at_step must be 0 (never) or a step number, "
                          f"not {self.poison_weights_at_step}")
-        for name in ("cpu_threads", "throughput_warmup_steps"):
+        for name in ("cpu_threads", "throughput_warmup_steps", "step_split_steps"):
             if getattr(self, name) < 0:
                 found.append(f"{name} must be 0 or more, not {getattr(self, name)}")
         if self.throughput_steps <= 0:

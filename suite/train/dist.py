@@ -72,7 +72,7 @@ def _check_size(launcher, backend, size):
                           f"Horovod and mpi4py must use the MPI library of the launcher")
 
 
-def make_backend(distribution):
+def make_backend(distribution, tf_pack_mb=0.0):
     """The backend named by the distribution setting; each is imported only when chosen, so that a tf
     run never loads Horovod."""
     if distribution == "horovod":
@@ -80,7 +80,7 @@ def make_backend(distribution):
         return HorovodBackend()
     if distribution == "tf":
         from suite.train.tf_backend import TensorFlowBackend
-        return TensorFlowBackend()
+        return TensorFlowBackend(bytes_per_pack=int(tf_pack_mb * 2**20))
     raise LaunchError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, not {distribution!r}")
 
 
@@ -89,16 +89,17 @@ def gpus_visible():
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def initialize(cpu_threads=0, distribution="horovod"):
+def initialize(cpu_threads=0, distribution="horovod", tf_pack_mb=0.0):
     """Joins the job through the named backend and gives this process its device; call before building
     any model.
 
     cpu_threads: TensorFlow threads per rank on a CPU; 0 lets cpu_threads_per_rank choose.
+    tf_pack_mb: the tf backend's all-reduce pack size (the tf_pack_mb setting).
     """
     global _backend
     suite.require_keras2(tf)
     launcher = detect_launcher()
-    backend = make_backend(distribution)
+    backend = make_backend(distribution, tf_pack_mb)
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         cpu_horovod_defaults(os.environ)  # Horovod and MPI read them when they start

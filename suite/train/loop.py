@@ -10,7 +10,7 @@ import suite  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 import numpy as np
 import tensorflow as tf
 
-from suite.train import attribution, dist
+from suite.train import attribution, dist, step_split
 from suite.train.checkpoints import TrainingCheckpoints, blocks_after
 from suite.train.mlperf import ABORTED, SUCCESS
 
@@ -183,6 +183,7 @@ class RunOutcome:
     timing: dict
     window: dict = None  # attribution: the timeline window's record (suite/train/attribution.py)
     loss_curve: list = field(default_factory=list)  # [step, rank 0's loss] at every timing interval
+    step_split: dict = None  # the split by subtraction, timed after run_stop (suite/train/step_split.py)
 
 
 def train(job, world, log, config, say=print, run_dir=None):
@@ -273,11 +274,17 @@ def train(job, world, log, config, say=print, run_dir=None):
             status = SUCCESS
             break
     log.run_stop(status)  # after train_samples, when the workload logs it
-    return RunOutcome(status=status, accuracy=accuracy, weights_digest=weights_digest(job.model),
-                      evals=evals, steps=step,
-                      train_seconds=time.perf_counter() - run_started,
-                      timing={**timer.summary(), "trace_seconds": trace_seconds},
-                      window=window.record(), loss_curve=curve)
+    outcome = RunOutcome(status=status, accuracy=accuracy, weights_digest=weights_digest(job.model),
+                         evals=evals, steps=step,
+                         train_seconds=time.perf_counter() - run_started,
+                         timing={**timer.summary(), "trace_seconds": trace_seconds},
+                         window=window.record(), loss_curve=curve)
+    if config.step_split_steps and world.size > 1:
+        say(f"step split: {config.step_split_steps} steps with and without the collective, after run_stop")
+        local_step = make_train_step(job, xla=config.xla, allreduce=False)
+        outcome.step_split = step_split.measure(job, train_step, local_step, config.step_split_steps,
+                                                dist.allgather_object)
+    return outcome
 
 
 class NonFiniteLoss(ValueError):

@@ -87,7 +87,7 @@ def _run(spec, config, preset, run_dir, state, options):
     if config.distribution == "horovod":
         # attribution: HOROVOD_TIMELINE=DYNAMIC before hvd.init (multi-rank GPU runs)
         attribution.enable_timeline(gpu=dist.gpus_visible())
-    state.world = world = dist.initialize(config.cpu_threads, config.distribution)
+    state.world = world = dist.initialize(config.cpu_threads, config.distribution, config.tf_pack_mb)
     phases.mark("horovod_init")
     if not config.gradient_allreduce and world.size > 1:
         raise dist.LaunchError(f"gradient_allreduce=false is for one process (it leaves the backend out "
@@ -156,6 +156,9 @@ def _run(spec, config, preset, run_dir, state, options):
         summary = _summary(spec, job, world, outcome, per_rank, seed, time.time() - started)
         summary.update(gradient_record(job.model, config.fp16_allreduce))
         summary["attribution"] = attribution.summarize(outcome.window, per_rank, world.size)
+        if outcome.step_split and summary["attribution"].get("method") == "none":
+            # No timeline split (the tf backend, or a CPU): the split by subtraction stands in for it.
+            summary["attribution"] = {**outcome.step_split, "timeline": summary["attribution"].get("reason")}
         # run_stop is in the log by now: where this run's time to train went, from its own events.
         summary["time_to_train"] = time_to_train_split.run_record(log.path, job.benchmark)
         rundir.write_json(os.path.join(run_dir, "summary.json"), summary)

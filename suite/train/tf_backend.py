@@ -51,7 +51,8 @@ def _communicator(launcher):
 class TensorFlowBackend(Backend):
     name = "tf"
 
-    def __init__(self):
+    def __init__(self, bytes_per_pack=0):
+        self._bytes_per_pack = bytes_per_pack
         self._comm = self._strategy = self._options = None
         self._rank = 0
         self._port = None
@@ -79,12 +80,16 @@ class TensorFlowBackend(Backend):
                           cross_size=len(set(hosts)), controller="grpc" if size > 1 else "none")
 
     def connect(self, device):
+        """TF_CONFIG, then the strategy, which starts this worker's server and meets the others."""
         tf_config.set_tf_config(self._workers or ["localhost:0"], self._rank)
         if self._port is not None:
             self._port.close()  # TensorFlow's server binds it next
         implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL if device == "gpu"
                           else tf.distribute.experimental.CommunicationImplementation.RING)
-        self._options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+        # Packs let a pack's all-reduce start once its gradients exist, while the backward pass goes on;
+        # with none (0) TensorFlow concatenates every gradient first, after the whole backward pass.
+        self._options = tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation, bytes_per_pack=self._bytes_per_pack)
         # TensorFlow: the workers of TF_CONFIG, one replica each (this rank's CPU, or its pinned GPU).
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=self._options)
 
