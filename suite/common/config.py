@@ -66,6 +66,11 @@ class CommonConfig:
     gradient_allreduce: bool = True
     """Average gradients over ranks through the distribution backend. false (one process only) runs the
     same step with a plain GradientTape: the control that measures the backend's own cost."""
+    step_split_steps: int = 0
+    """After run_stop, time this many steps with the collective and as many without it, alternating, on
+    every rank at once: summary.json's step split by subtraction (compute, exposed communication, input
+    wait, imbalance) for runs without a Horovod timeline, the same method under both backends
+    (suite/train/step_split.py). 0: not measured. One process: nothing to split."""
     throughput_warmup_steps: int = 5
     """--throughput: untimed steps first (tracing, allocator and cache warm-up)."""
     throughput_steps: int = 20
@@ -91,7 +96,7 @@ class CommonConfig:
         if self.poison_weights_at_step < 0:
             found.append(f"poison_weights_at_step must be 0 (never) or a step number, "
                          f"not {self.poison_weights_at_step}")
-        for name in ("cpu_threads", "throughput_warmup_steps"):
+        for name in ("cpu_threads", "throughput_warmup_steps", "step_split_steps"):
             if getattr(self, name) < 0:
                 found.append(f"{name} must be 0 or more, not {getattr(self, name)}")
         if self.throughput_steps <= 0:
