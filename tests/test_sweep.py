@@ -199,6 +199,9 @@ def test_the_step_split_is_the_users_when_given(tmp_path):
     assert flag(planning.model_command(alone, alone.scales[0], 0), "--distribution") == "horovod"
     tf = plan_of("--out", str(tmp_path / "o"), *LOCAL, "--launcher", "srun", "--distributions", "tf")
     assert [s.system for s in tf.scales] == [f"{name}_tf" for name in SYSTEMS]
+    env = {"versions": {"tensorflow": "2.18.1", "horovod": "0.28.1"}, "device": "cpu"}
+    assert submission.system_description(tf, tf.scales[0], [], env)["framework"] == \
+        "TensorFlow 2.18.1, its own collectives (MultiWorkerMirroredStrategy)"
 
 
 def test_a_two_backend_sweep_resumes_and_refuses_other_backends(tmp_path):
