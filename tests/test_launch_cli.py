@@ -380,6 +380,28 @@ def test_launcher_flags_that_do_not_fit():
                           "--controller gloo")
 
 
+TF_ASKED = {"flag": ["--distribution", "tf"], "flag=": ["--distribution=tf"],
+            "set": ["--set", "distribution=tf"], "config": ["--config", "CONFIG"]}
+
+
+@pytest.mark.parametrize("how", sorted(TF_ASKED))
+def test_tf_backend_is_refused_under_horovodrun_and_named(how, tmp_path):
+    """However the model asks for TensorFlow's collectives, horovodrun (the default) refuses it, naming
+    where the setting came from, in a dry run too; mpirun takes the same model command."""
+    config = tmp_path / "tf.yaml"
+    config.write_text("distribution: tf\n")
+    model = [*LOCAL_MODEL, *(str(config) if arg == "CONFIG" else arg for arg in TF_ASKED[how])]
+    named = {"flag": "--distribution tf", "flag=": "--distribution tf", "set": "--set distribution=tf",
+             "config": f"--config {config}"}[how]
+    for dry in ([], ["--dry-run"]):
+        line = assert_one_line_error(launch("--hostfile", "hostfiles/localhost", "--profile", "local-cpu",
+                                            *dry, *model), named, "--launcher mpirun")
+        assert "horovodrun" in line
+    command, _ = dry_run("--hostfile", "hostfiles/localhost", "--profile", "local-cpu", "--launcher",
+                         "mpirun", *model)
+    assert command[0] == "mpirun" and command[-len(model) + 1:] == model[1:]
+
+
 # --- launcher detection and Horovod start-up inside a rank ----------------------------------------
 
 DETECT = [

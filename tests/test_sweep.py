@@ -28,6 +28,7 @@ CLOSED = "8=closed_8xA100_gbs3264,16=closed_16xA100_gbs3264,32=closed_32xA100_gb
 LOCAL = ["--profile", "local-cpu", "--hostfile", "hostfiles/localhost", "--scales", "1,2",
          "--preset", "sweep_cpu"]
 SYSTEMS = ("local-cpu_n1_np1", "local-cpu_n1_np2")
+MODEL_ARGS = ["--data-dir", "/data"]
 ENV_LINE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -152,10 +153,81 @@ def test_dry_run_with_mpirun_passes_the_launcher_flags(tmp_path):
     assert set(env) <= exported
 
 
+def test_dry_run_runs_every_scale_under_each_distribution(tmp_path):
+    """Each scale twice, horovod then tf, each a system of its own with every run's backend and the step
+    split asked for; one backend given keeps its name unsuffixed only when it is horovod alone."""
+    out = tmp_path / "out"
+    blocks = dry_run("--out", str(out), *LOCAL, "--launcher", "mpirun", "--runs", "2",
+                     "--distributions", "horovod,tf", "--", "models.resnet50", "--data-dir", "/data")
+    expected = [(np, backend) for np in (1, 2) for backend in ("horovod", "tf")]
+    assert len(blocks) == len(expected)
+    for (header, commands, _), (np, backend) in zip(blocks, expected):
+        system = f"local-cpu_n1_np{np}_{backend}"
+        assert f"system {system}, {np} processes" in header and f"distribution {backend}" in header
+        assert len(commands) == 2
+        for index, command in enumerate(commands):
+            assert command[0] == "mpirun" and flag(command, "-np") == str(np)
+            assert flag(command, "--distribution") == backend
+            assert flag(command, "--run-dir") == str(out / "runs" / system / f"run_{index}")
+            sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+            assert f"submission_platform={system}" in sets
+            assert f"step_split_steps={planning.STEP_SPLIT_STEPS}" in sets
+    assert not out.exists()
+
+
+def plan_of(*args, model=MODEL_ARGS):
+    return planning.plan_sweep(*planning.parse([*args, "--", "models.resnet50", *model]))
+
+
+def test_the_step_split_is_the_users_when_given(tmp_path):
+    two = ["--out", str(tmp_path / "o"), *LOCAL, "--launcher", "mpirun", "--distributions", "tf,horovod"]
+
+    def step_sets(sweep):
+        command = planning.model_command(sweep, sweep.scales[0], 0)
+        return [command[i + 1] for i, arg in enumerate(command)
+                if arg == "--set" and command[i + 1].startswith("step_split_steps=")]
+
+    assert step_sets(plan_of(*two, "--step-split-steps", "3")) == ["step_split_steps=3"]
+    assert step_sets(plan_of(*two, model=[*MODEL_ARGS, "--set", "step_split_steps=7"])) == \
+        ["step_split_steps=7"]
+    assert step_sets(plan_of(*two, "--step-split-steps", "0")) == []
+    with pytest.raises(planning.SweepError, match="give one of them"):
+        plan_of(*two, "--step-split-steps", "3", model=[*MODEL_ARGS, "--set", "step_split_steps=7"])
+    # One backend: nothing to compare, so no step split unless asked for; names and commands as before.
+    alone = plan_of("--out", str(tmp_path / "o"), *LOCAL)
+    assert step_sets(alone) == [] and [s.system for s in alone.scales] == list(SYSTEMS)
+    assert flag(planning.model_command(alone, alone.scales[0], 0), "--distribution") == "horovod"
+    tf = plan_of("--out", str(tmp_path / "o"), *LOCAL, "--launcher", "srun", "--distributions", "tf")
+    assert [s.system for s in tf.scales] == [f"{name}_tf" for name in SYSTEMS]
+    env = {"versions": {"tensorflow": "2.18.1", "horovod": "0.28.1"}, "device": "cpu"}
+    assert submission.system_description(tf, tf.scales[0], [], env)["framework"] == \
+        "TensorFlow 2.18.1, its own collectives (MultiWorkerMirroredStrategy)"
+
+
+def test_a_two_backend_sweep_resumes_and_refuses_other_backends(tmp_path):
+    from suite.cluster.sweep import running
+    args = ["--out", str(tmp_path / "o"), *LOCAL, "--launcher", "mpirun", "--distributions", "horovod,tf"]
+    sweep = plan_of(*args)
+    running.save(sweep, running.load_manifest(sweep))
+    assert running.load_manifest(plan_of(*args))["plan"] == sweep.plan()
+    with pytest.raises(planning.SweepError, match="another scales"):
+        running.load_manifest(plan_of(*args[:-1], "horovod"))
+    # A folder of a sweep planned before scales recorded their backend resumes under the default.
+    old = plan_of("--out", str(tmp_path / "old"), *LOCAL)
+    manifest = running.load_manifest(old)
+    for scale in manifest["plan"]["scales"]:
+        del scale["distribution"]
+    running.save(old, manifest)
+    running.load_manifest(plan_of("--out", str(tmp_path / "old"), *LOCAL))
+
+
 # ---- bad input, one by one: one line, exit 2, nothing written ----
 
 MODEL = ["--", "models.resnet50", "--data-dir", "/data"]
 BAD = {
+    "tf_under_horovodrun": ([*LOCAL, "--distributions", "horovod,tf"],
+                            ["--distributions horovod,tf", "--launcher mpirun"]),
+    "unknown_distribution": ([*LOCAL, "--distributions", "horovod,nccl"], ["'nccl'"]),
     "unknown_profile": (["--profile", "oci-gm4", "--hostfile", "hostfiles/localhost", "--scales", "1",
                          "--preset", "sweep_cpu"], ["unknown profile 'oci-gm4'"]),
     "np_beyond_slots": ([*LOCAL[:4], "--scales", "1,3", "--preset", "sweep_cpu"],
@@ -179,6 +251,9 @@ BAD_MODEL = {
     "seed": (["--set", "seed=3"], ["--set seed=3", "own seed"]),
     "platform": (["--set=submission_platform=x"], ["submission_platform"]),
     "dry_run_after_dashes": (["--dry-run"], ["--dry-run belongs before the --"]),
+    "distribution_after_dashes": (["--distribution=tf"], ["--distribution after --", "--distributions"]),
+    "distribution_set": (["--set", "distribution=horovod"],
+                         ["--set distribution=horovod", "--distributions"]),
 }
 
 

@@ -191,7 +191,7 @@ def plan_launch(args, model, placeholders=None):
     if not args.check_hosts:
         # What every rank would refuse at start-up, refused before any node is allocated (--check-hosts
         # starts no model).
-        modelargs.check(model, np)
+        _check_distribution(args, modelargs.check(model, np))
     # The ranks learn their profile (env.json records it) and that this launcher has applied it.
     env.update({profiles.PROFILE_VARIABLE: profile.path, profiles.RESOLVED_VARIABLE: "1"})
     plan = Plan(args.launcher, [], env, np, used, profile)
@@ -202,6 +202,19 @@ def plan_launch(args, model, placeholders=None):
 
 
 FQDN_VARIABLE = "OMPI_MCA_orte_keep_fqdn_hostnames"
+
+
+def _check_distribution(args, checked):
+    """TensorFlow's collectives build their cluster from the MPI world of mpirun or srun; horovodrun
+    starts Horovod's own controller (Gloo, or an MPI world a rank cannot tell from mpirun's), so the
+    tf backend is refused under it rather than left to hang or to fail in every rank."""
+    if checked is None or args.launcher != "horovodrun":
+        return
+    model_args, config = checked
+    if config.distribution == "tf":
+        raise LaunchError(f"{modelargs.origin(model_args, 'distribution', 'tf')} needs --launcher mpirun "
+                          f"or --launcher srun: horovodrun (the default launcher) starts Horovod's own "
+                          f"controller, which TensorFlow's collectives do not run under")
 
 
 def _is_qualified(name):

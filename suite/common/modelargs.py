@@ -90,17 +90,31 @@ def check(model, np):
     """Refuses, in one line naming the flag, model args that every one of np ranks would refuse.
 
     model is [MODULE, args...]; a module without a presets module (a script, the allreduce
-    benchmark) is left to check its own flags.
+    benchmark) is left to check its own flags. Returns (parsed flags, resolved config) for the
+    launcher's own checks, or None when it checked nothing.
     """
     benchmark = benchmarks.of_module(model[0])
     if benchmark is None or {"-h", "--help"} & set(model[1:]):
-        return
+        return None
     parser, args = parse_model_args(model, benchmark)
     try:
         config = resolve_config(args, benchmark)
     except ConfigError as err:
         raise ConfigError(f"{parser.prog}: {err}") from None
     check_scale(parser.prog, benchmark.presets, args.preset, config, np, _sets_batch(args))
+    return args, config
+
+
+def origin(args, key, value):
+    """Which of the parsed flags gave setting `key` its value: the last one that sets it wins, in
+    resolve_config's order (the preset, --config, --data-dir/--distribution, each --set)."""
+    if any(item.partition("=")[0] == key for item in args.sets):
+        return f"--set {key}={value}"
+    if getattr(args, key, None):
+        return f"--{key.replace('_', '-')} {value}"
+    if args.config and key in load_file(args.config):
+        return f"--config {args.config} ({key}: {value})"
+    return f"preset {args.preset} ({key}: {value})"
 
 
 def _sets_batch(args):

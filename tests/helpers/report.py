@@ -134,32 +134,46 @@ def attribution_record(parts, index):
 
 
 def make_sweep(folder, slow_rank=None, allreduce=True, runs=None, weak=False, steps=None,
-               curve=LATENCY_FLOOR, times=None, status=None, split=None):
+               curve=LATENCY_FLOOR, times=None, status=None, split=None, backends=None):
     """A sweep folder as suite.cluster.sweep leaves it, with known times.
 
     runs: {np: how many of the planned 5 runs are there}; the 1-process scale gets an allreduce
     record too when allreduce is "every scale" (the sweep measures each scale). split: {np: the step's
-    parts} for summary.json's attribution (none for a process count it leaves out).
+    parts} for summary.json's attribution (none for a process count it leaves out). backends: {name:
+    {np: slowdown}} for a sweep run under each distribution backend (--distributions): every scale once
+    per backend, system <system>_<name>, its runs, step parts and samples/s `slowdown` times as long and
+    as slow (1 for a process count not given); without it the plan records no backend, as a sweep of a
+    suite with Horovod alone.
     """
     times, status = times or TIMES, status or STATUS
     scales = []
     for np, minutes in times.items():
-        scales.append({"system": system(np), "np": np, "nodes": 1, "hostfile": "hostfiles/localhost",
-                       "hosts": [{"name": "localhost", "slots": 2}], "preset": "sweep_cpu"})
-        for index, value in enumerate(minutes[:(runs or {}).get(np, len(minutes))]):
-            write(os.path.join(folder, SUBMITTER, "results", system(np), BENCH, f"result_{index}.txt"),
-                  log_text(value, status[np][index], start=START_MS + index * 3_600_000))
-            run_dir = os.path.join(folder, "runs", system(np), f"run_{index}")
-            recorded = summary(np, index, slow_rank if np == 2 else None, weak=weak, steps=steps)
-            if np in (split or {}):
-                recorded["attribution"] = attribution_record(split[np], index)
-            write(os.path.join(run_dir, "summary.json"), json.dumps(recorded))
-            write(os.path.join(run_dir, "config.json"), json.dumps({"config": {"fp16_allreduce": False}}))
-            if np > 1:
-                write(os.path.join(run_dir, "env.json"), json.dumps(network_env(index)))
-        if allreduce and (np > 1 or allreduce == "every scale"):
-            write(os.path.join(folder, "runs", system(np), "allreduce.json"),
-                  json.dumps(allreduce_record(np, curve)))
+        for backend, slowdown in (backends or {None: {}}).items():
+            name = system(np) + (f"_{backend}" if backend else "")
+            factor = slowdown.get(np, 1.0)
+            scales.append({"system": name, "np": np, "nodes": 1, "hostfile": "hostfiles/localhost",
+                           "hosts": [{"name": "localhost", "slots": 2}], "preset": "sweep_cpu",
+                           **({"distribution": backend} if backend else {})})
+            for index, value in enumerate(minutes[:(runs or {}).get(np, len(minutes))]):
+                write(os.path.join(folder, SUBMITTER, "results", name, BENCH, f"result_{index}.txt"),
+                      log_text(value * factor, status[np][index], start=START_MS + index * 3_600_000))
+                run_dir = os.path.join(folder, "runs", name, f"run_{index}")
+                recorded = summary(np, index, slow_rank if np == 2 else None, weak=weak, steps=steps)
+                recorded["samples_per_second_total"] /= factor
+                recorded["samples_per_second_per_rank"] /= factor
+                if np in (split or {}):
+                    parts = split[np] if "method" in split[np] else \
+                        {key: value * factor for key, value in split[np].items()}
+                    recorded["attribution"] = attribution_record(parts, index)
+                if backend:
+                    recorded["distribution"] = backend
+                write(os.path.join(run_dir, "summary.json"), json.dumps(recorded))
+                write(os.path.join(run_dir, "config.json"), json.dumps({"config": {"fp16_allreduce": False}}))
+                if np > 1:
+                    write(os.path.join(run_dir, "env.json"), json.dumps(network_env(index)))
+            if allreduce and (np > 1 or allreduce == "every scale"):
+                write(os.path.join(folder, "runs", name, "allreduce.json"),
+                      json.dumps(allreduce_record(np, curve)))
     plan = {"module": "models.resnet50", "model_args": [], "benchmark": BENCH, "runs": 5,
             "submitter": SUBMITTER, "status": "onprem", "profile": "test", "scales": scales}
     write(os.path.join(folder, "sweep.json"), json.dumps({"plan": plan, "runs": {}}))

@@ -7,6 +7,7 @@ projection.py      the projection beside them, and the banners on what the figur
 published.py       published times to train (models/<name>/published.py), shown for reference
 splits.py          each scale's time-to-train split (the sweep's and --compare folders'), factored
 split_section.py   the split's table, factors and plot in the document, and report.json
+backends.py        a sweep of several distribution backends: each scale's backends side by side
 links_section.py   the table of each host's link, as the link probe measured it before each run
 formats.py         how numbers are written
 document.py        the document's blocks, rendered as Markdown and as HTML

@@ -7,9 +7,9 @@ import markdown
 from markdown.extensions import Extension
 
 from suite.cluster import scaling
-from suite.cluster.report import headline, links_section, split_section
+from suite.cluster.report import backends, headline, links_section, split_section
 from suite.cluster.report.figures import (AGGREGATE, MIN_TIMED_STEPS, STEP_PARTS, allreduce_curves,
-                                          efficiency_loss, scaling_rows, step_splits, stragglers,
+                                          base_of, efficiency_loss, scaling_rows, step_splits, stragglers,
                                           time_to_train)
 from suite.cluster.report.formats import fmt, pct, size, spread, step_range
 from suite.cluster.report.projection import (banners, no_plateau, projection_rows, short_of_gradient,
@@ -35,6 +35,7 @@ def build_document(data, threshold_pct, images, scaling_mode="auto", splits=(), 
     doc += split_section.blocks(splits, images, price_per_gpu_hour)
     doc += _runs_section(data)
     doc += _throughput_section(data, images)
+    doc += backends.blocks(data)
     doc += _attribution_section(data, images)
     doc += _straggler_section(data, threshold_pct, images)
     doc += _network_section(data)
@@ -119,7 +120,7 @@ def _attribution_section(data, images):
     header = ["system", "processes", "run", "per-rank batch", "step (ms)",
               *(f"{label} (ms)" for _, label in STEP_PARTS), "efficiency (these step times)", "lost points",
               *(f"{label} (points)" for _, label in STEP_PARTS)]
-    rows = [_attribution_row(splits[0], split) for split in splits]
+    rows = [_attribution_row(base_of(splits, split), split) for split in splits]
     notes = [("p", f"{scale.system} has no split: {reason}.") for scale, split, reason in found if not split]
     return [("h2", "Where the efficiency went (measured)"), ("p", ATTRIBUTION_INTRO),
             ("p", _split_text(splits)), ("table", header, rows), *notes,

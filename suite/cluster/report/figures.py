@@ -61,19 +61,27 @@ def throughput(scale):
 
 
 def scaling_rows(scales):
-    """Speed-up and efficiency against the smallest scale, from throughput and from the olympic means."""
-    base = min(scales, key=lambda s: s.np)
-    base_rate = throughput(base)["rate"]
-    base_ttt = time_to_train(base)["olympic"]
+    """Speed-up and efficiency against the smallest scale of the same distribution backend, from
+    throughput and from the olympic means; by backend, then processes."""
     rows = []
-    for scale in sorted(scales, key=lambda s: s.np):
+    for scale in sorted(scales, key=lambda s: (s.distribution, s.np)):
+        base = base_of(scales, scale)
+        base_rate = throughput(base)["rate"]
+        base_ttt = time_to_train(base)["olympic"]
         rate = throughput(scale)
         ttt = time_to_train(scale)["olympic"]
         speedup = rate["rate"] / base_rate if rate["rate"] and base_rate else None
-        rows.append({"system": scale.system, "np": scale.np, "nodes": scale.nodes, **rate, "speedup": speedup,
+        rows.append({"system": scale.system, "np": scale.np, "nodes": scale.nodes,
+                     "distribution": scale.distribution, **rate, "speedup": speedup,
                      "efficiency": speedup * base.np / scale.np if speedup else None,
                      "ttt_speedup": base_ttt / ttt if base_ttt and ttt else None})
     return rows
+
+
+def base_of(items, item):
+    """The smallest in processes of the items (scales or step splits) run under item's backend: what a
+    scale's scaling is measured against, so that two backends are never compared as one scaling."""
+    return min((other for other in items if other.distribution == item.distribution), key=lambda o: o.np)
 
 
 def stragglers(scale, threshold_pct):
@@ -113,6 +121,7 @@ class StepSplit:
     step_ms: float
     parts: dict  # {key of STEP_PARTS: ms}
     method: str
+    distribution: str = "horovod"
 
 
 def step_splits(scale):
@@ -128,7 +137,7 @@ def step_splits(scale):
         if record.get("step_ms") and all(record.get(key) is not None for key, _ in STEP_PARTS):
             found.append(StepSplit(scale.system, scale.np, run.index, summary.get("local_batch_size"),
                                    record["step_ms"], {key: record[key] for key, _ in STEP_PARTS},
-                                   record.get("method", "")))
+                                   record.get("method", ""), scale.distribution))
         else:
             reasons.add(record.get("reason") or "no attribution in summary.json (a run of an older suite)")
     if found:

@@ -1,8 +1,9 @@
 """The report's PNG plots, each drawn from the same figures as its tables."""
 import os
 
-from suite.cluster.report.figures import (AGGREGATE, STEP_PARTS, allreduce_curves, efficiency_loss,
-                                          scaling_rows, step_splits, stragglers, time_to_train)
+from suite.cluster.report.figures import (AGGREGATE, STEP_PARTS, allreduce_curves, base_of,
+                                          efficiency_loss, scaling_rows, step_splits, stragglers,
+                                          time_to_train)
 from suite.cluster.report.projection import projection_rows
 
 
@@ -66,14 +67,17 @@ def _plot_throughput(plt, data, threshold_pct, scaling_mode):
     if not rows:
         return None
     figure, (total, per_rank) = plt.subplots(1, 2, figsize=(10, 4))
-    total.errorbar([r["np"] for r in rows], [r["rate"] for r in rows],
-                   yerr=[[r["rate"] - r["min"] for r in rows], [r["max"] - r["rate"] for r in rows]],
-                   fmt="o-", capsize=4, label=f"measured ({AGGREGATE}; bars: min–max)")
-    base = rows[0]
-    total.plot([r["np"] for r in rows], [base["rate"] * r["np"] / base["np"] for r in rows], "k--", lw=1,
-               label="ideal (linear from the smallest scale)")
-    per_rank.plot([r["np"] for r in rows], [r["per_rank"] for r in rows], "o-", color="C1",
-                  label=f"measured ({AGGREGATE})")
+    for index, (backend, members) in enumerate(_by_backend(rows)):
+        nps, rates = [r["np"] for r in members], [r["rate"] for r in members]
+        total.errorbar(nps, rates, yerr=[[r["rate"] - r["min"] for r in members],
+                                         [r["max"] - r["rate"] for r in members]],
+                       fmt="o-", capsize=4, color=f"C{2 * index}",
+                       label=f"measured{backend} ({AGGREGATE}; bars: min–max)")
+        total.plot(nps, [rates[0] * n / nps[0] for n in nps], "--", lw=1,
+                   color="k" if index == 0 else f"C{2 * index}",
+                   label=f"ideal{backend} (linear from the smallest scale)")
+        per_rank.plot(nps, [r["per_rank"] for r in members], "o-", color=f"C{2 * index + 1}",
+                      label=f"measured{backend} ({AGGREGATE})")
     _axes(total, "processes", "samples/s", "Throughput, total (measured)", data)
     _axes(per_rank, "processes", "samples/s per rank", "Throughput per rank (measured)", data)
     total.legend(fontsize=8)
@@ -87,13 +91,18 @@ def _plot_scaling(plt, data, threshold_pct, scaling_mode):
     rows = [r for r in scaling_rows(data.scales) if r["speedup"]]
     if not rows:
         return None
-    base = rows[0]["np"]
+    base = min(r["np"] for r in rows)
     figure, (speed, eff) = plt.subplots(1, 2, figsize=(10, 4))
-    factors = [r["np"] / base for r in rows]
-    speed.plot(factors, [r["speedup"] for r in rows], "o-", label=f"measured (throughput, {AGGREGATE})")
-    speed.plot([1, max(factors)], [1, max(factors)], "k--", lw=1, label="ideal")
-    eff.plot(factors, [100 * r["efficiency"] for r in rows], "o-",
-             label=f"measured (throughput, {AGGREGATE})")
+    everything = [r["np"] / base for r in rows]
+    for index, (backend, members) in enumerate(_by_backend(rows)):
+        # Each backend against its own smallest scale (figures.scaling_rows); C1 is the projection's.
+        factors = [r["np"] / members[0]["np"] for r in members]
+        color = f"C{2 * index}"
+        speed.plot(factors, [r["speedup"] for r in members], "o-", color=color,
+                   label=f"measured{backend} (throughput, {AGGREGATE})")
+        eff.plot(factors, [100 * r["efficiency"] for r in members], "o-", color=color,
+                 label=f"measured{backend} (throughput, {AGGREGATE})")
+    speed.plot([1, max(everything)], [1, max(everything)], "k--", lw=1, label="ideal")
     found, _ = projection_rows(data, scaling_mode)
     if found:
         projected = [(p.gpus / base, p.samples_per_second) for p in found[1].points if p.gpus >= base]
@@ -111,6 +120,16 @@ def _plot_scaling(plt, data, threshold_pct, scaling_mode):
         axes.legend(fontsize=7)
     figure.tight_layout()
     return figure
+
+
+def _by_backend(rows):
+    """[(" (backend)" or "" when the sweep ran one, its rows)]: one line a backend."""
+    backends = {}
+    for row in rows:
+        backends.setdefault(row["distribution"], []).append(row)
+    if len(backends) == 1:
+        return [("", rows)]
+    return [(f" ({name})", members) for name, members in backends.items()]
 
 
 def _plot_stragglers(plt, data, threshold_pct, scaling_mode):
@@ -140,13 +159,14 @@ def _plot_attribution(plt, data, threshold_pct, scaling_mode):
     if not splits:
         return None
     figure, (step, lost) = plt.subplots(1, 2, figsize=(10, 4))
-    labels = [f"{split.np}" for split in splits]
+    several = len({split.distribution for split in splits}) > 1
+    labels = [f"{split.np}" + (f" {split.distribution}" if several else "") for split in splits]
     below = [0.0] * len(splits)
     for color, (key, label) in enumerate(STEP_PARTS):
         heights = [split.parts[key] for split in splits]
         step.bar(labels, heights, bottom=below, color=f"C{color}", label=label)
         below = [b + h for b, h in zip(below, heights)]
-    losses = [efficiency_loss(splits[0], split) for split in splits]
+    losses = [efficiency_loss(base_of(splits, split), split) for split in splits]
     up, down = [0.0] * len(splits), [0.0] * len(splits)
     for color, (key, label) in enumerate(STEP_PARTS):
         points = [loss["points"][key] if loss else 0.0 for loss in losses]
@@ -159,7 +179,8 @@ def _plot_attribution(plt, data, threshold_pct, scaling_mode):
     lost.axhline(0, color="k", lw=0.8)
     step.set(xlabel="processes", ylabel="ms per step", title="Step time split (measured, median run)")
     lost.set(xlabel="processes", ylabel="points of efficiency lost",
-             title=f"Lost efficiency vs {splits[0].np} process{'es' if splits[0].np > 1 else ''}")
+             title=f"Lost efficiency vs {splits[0].np} process{'es' if splits[0].np > 1 else ''}"
+                   + (" (each backend's own)" if several else ""))
     for axes in (step, lost):
         axes.grid(alpha=0.3, axis="y")
         axes.legend(fontsize=7)

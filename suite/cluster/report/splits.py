@@ -34,6 +34,10 @@ class Scale:
     rcp: rcp.Rcp  # None for a benchmark or ruleset with no RCP table
     problem: str = None  # why summary is None
     name: str = None  # the label, when unique_labels had to tell two alike apart
+    # The distribution backend of a sweep's scale (None for a published folder: its logs do not say);
+    # named in the label and the source name when its sweep ran more than one, or not Horovod's.
+    distribution: str = None
+    named_distribution: bool = False
 
     @property
     def benchmark(self):
@@ -46,17 +50,21 @@ class Scale:
         if self.name:
             return self.name
         if self.source == THIS_SWEEP:
-            return f"{THIS_SWEEP} · {self.system}"
+            return " · ".join([THIS_SWEEP, *self._backend(), self.system])
         who, round_ = self._origin()
-        return " · ".join([who, self.system, *round_])
+        return " · ".join([who, *self._backend(), self.system, *round_])
 
     @property
     def source_name(self):
-        """The label without the system: "this sweep", or a published folder's submitter and round."""
+        """The label without the system: "this sweep" (and its backend, "this sweep · tf", when it ran
+        more than one), or a published folder's submitter and round."""
         if self.source == THIS_SWEEP:
-            return THIS_SWEEP
+            return " · ".join([THIS_SWEEP, *self._backend()])
         who, round_ = self._origin()
-        return " · ".join([who, *round_])
+        return " · ".join([who, *self._backend(), *round_])
+
+    def _backend(self):
+        return [self.distribution] if self.named_distribution else []
 
     def _origin(self):
         """(submitter, or the earlier sweep's folder; [round] or []) of a --compare scale, from its path."""
@@ -83,7 +91,7 @@ class Scale:
     def record(self):
         """report.json's record of this scale: every figure with its unit in its key."""
         found = {"source": self.source, "label": self.label, "system": self.system,
-                 "folder": self.folder.path,
+                 "distribution": self.distribution, "folder": self.folder.path,
                  "benchmark": self.benchmark, "ruleset": self.folder.ruleset, "gpus": self.folder.gpus,
                  "global_batch_size": self.folder.global_batch_size, "runs": len(self.folder.runs),
                  "converged_runs": sum(run.converged for run in self.folder.runs),
@@ -103,6 +111,8 @@ def sweep_scales(data, source=THIS_SWEEP):
     """The Scales of a loaded sweep (sweep_folder.load_sweep); a scale without logs is left out, one
     with no converged run is kept with its problem stated."""
     found = []
+    backends = {scale.distribution for scale in data.scales}
+    named = backends != {"horovod"}
     for scale in data.scales:
         folder = scale.results  # read once, with the sweep
         if folder is None:
@@ -111,8 +121,10 @@ def sweep_scales(data, source=THIS_SWEEP):
             summary, problem = summarize(folder), None
         except LogError as err:
             summary, problem = None, str(err)
-        found.append(Scale(source, f"sweep {os.path.abspath(data.folder)}", scale.system, folder, summary,
-                           _rcp(folder, strict=False), problem))
+        # Scales of different backends are two sources of one sweep: each factored against its own.
+        group = f"sweep {os.path.abspath(data.folder)}" + (f" · {scale.distribution}" if named else "")
+        found.append(Scale(source, group, scale.system, folder, summary, _rcp(folder, strict=False), problem,
+                           distribution=scale.distribution, named_distribution=named))
     return found
 
 

@@ -41,6 +41,9 @@ class SystemResults:
     preset: str
     planned: int
     ranks_per_node: int
+    # The distribution backend (horovod or tf) that ran it: the sweep's plan, else its runs' summary.json,
+    # else horovod (a sweep of a suite that had only Horovod recorded nothing).
+    distribution: str = "horovod"
     results: results_folder.ResultsFolder = None
     runs: list = field(default_factory=list)
     allreduce: dict = None
@@ -86,6 +89,8 @@ def _sweep_system(folder, plan, entry):
                                  plan["benchmark"], gpus=scale.np)
     scale.runs = read_runs(scale.results, records)
     scale.allreduce = _json(os.path.join(records, "allreduce.json"))
+    recorded = [run.summary.get("distribution") for run in scale.runs if run.summary]
+    scale.distribution = entry.get("distribution") or next(filter(None, recorded), "horovod")
     return scale
 
 

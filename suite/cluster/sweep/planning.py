@@ -16,6 +16,13 @@ writes (paths relative to --out):
 
 A scale is a hostfile and a process count; its system name is <prefix>_n<nodes>_np<processes>.
 
+--distributions horovod,tf runs every scale under each distribution backend, all its runs under each
+(every run's model command gets --distribution X): each pair is a system of its own,
+<prefix>_n<nodes>_np<processes>_<distribution>, with its own results and run folders, so the report
+can set the backends side by side. The default, horovod alone, keeps the names above. tf needs
+--launcher mpirun or srun. With more than one backend every run also times its step split after
+run_stop (--step-split-steps, default 5 then), the one method both backends share.
+
 --dry-run checks everything (each scale's hosts, the profile, the model's flags and preset against its
 process count) and prints every command with the variables it sets. Placeholders still in a hostfile
 or the profile are printed as <REPLACE-ME-N> and listed at the end with where they come from; the exit
@@ -46,6 +53,7 @@ from dataclasses import dataclass, field
 from suite.cluster import hostfile, launch
 from suite.cluster.sweep import rates, rcp_check
 from suite.common import benchmarks, mlperf_rules, profiles
+from suite.common.config import DISTRIBUTIONS
 from suite.common.profiles import ProfileError
 
 # submission_status in the logs -> the system description's status (the values package checkers accept).
@@ -54,6 +62,11 @@ STATUS = {"onprem": "Available on-premise", "cloud": "Available cloud", "preview
 # Model settings the sweep decides itself; a user value would make runs or systems disagree.
 OWNED_SETTINGS = ("seed", "submission_org", "submission_platform", "submission_status")
 OWNED_MODEL_FLAGS = ("--preset", "--run-dir")
+# What the sweep's --distributions decides, and the backends the model entry points take.
+DISTRIBUTION_FLAG = "--distribution"
+DEFAULT_DISTRIBUTIONS = ("horovod",)
+# Steps of the after-run_stop step split per run when the sweep compares backends (--step-split-steps).
+STEP_SPLIT_STEPS = 5
 # Launcher flags that the scales decide.
 OWNED_LAUNCH_FLAGS = ("np", "hostfile", "record", "nodes", "ntasks_per_node", "dry_run")
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -78,6 +91,7 @@ class Scale:
     hosts: list
     preset: str
     system: str
+    distribution: str = "horovod"
     launch_args: argparse.Namespace = field(repr=False, default=None)
     # The link probe's verdict for the scale's hosts, for its runs' environment (linkprobe.environment_entry).
     link_env: dict = field(repr=False, default_factory=dict)
@@ -88,7 +102,8 @@ class Scale:
 
     def to_dict(self):
         return {"system": self.system, "np": self.np, "nodes": self.nodes, "hostfile": self.hostfile,
-                "hosts": [{"name": h.name, "slots": h.slots} for h in self.hosts], "preset": self.preset}
+                "hosts": [{"name": h.name, "slots": h.slots} for h in self.hosts], "preset": self.preset,
+                "distribution": self.distribution}
 
 
 @dataclass
@@ -104,6 +119,7 @@ class Sweep:
     profile: profiles.Profile
     scales: list
     allreduce_args: list = None  # None: no allreduce benchmark
+    step_split_steps: int = 0  # --set step_split_steps=N added to every run (0: not added)
     measure_rates: bool = False  # --throughput at each scale's per-GPU batch on the smallest scale first
     system_info: dict = field(default_factory=dict)
     system_info_path: str = None
@@ -113,9 +129,17 @@ class Sweep:
 
     def plan(self):
         """What must match for a re-run to resume this sweep."""
-        return {"module": self.model[0], "model_args": self.model[1:], "benchmark": self.benchmark,
+        plan = {"module": self.model[0], "model_args": self.model[1:], "benchmark": self.benchmark,
                 "runs": self.runs, "submitter": self.submitter, "status": self.status,
                 "profile": self.profile.name, "scales": [s.to_dict() for s in self.scales]}
+        if self.step_split_steps:
+            # Only when set, so that a sweep planned before the setting existed still resumes.
+            plan["step_split_steps"] = self.step_split_steps
+        return plan
+
+    @property
+    def distributions(self):
+        return list(dict.fromkeys(scale.distribution for scale in self.scales))
 
     def path(self, *parts):
         return os.path.join(self.out, *parts)
@@ -151,6 +175,14 @@ def build_parser():
     what.add_argument("--preset", help="the model preset at every scale")
     what.add_argument("--preset-per-scale", metavar="NP=NAME,...",
                       help="the preset for each process count, e.g. 8=closed_8xA100_gbs3264,16=...")
+    what.add_argument("--distributions", metavar="NAME,...",
+                      help=f"distribution backends to run every scale under, each a system of its own "
+                           f"(default horovod; {','.join(DISTRIBUTIONS)} compares them; tf needs --launcher "
+                           f"mpirun or srun)")
+    what.add_argument("--step-split-steps", type=_not_negative, metavar="N",
+                      help=f"every run times N steps with and N without the collective after run_stop, for "
+                           f"the report's step split (--set step_split_steps=N; default "
+                           f"{STEP_SPLIT_STEPS} with more than one distribution, else not set)")
     what.add_argument("--runs", type=_positive, help="runs per scale (default: what MLPerf requires for "
                       "the benchmark: " + ", ".join(f"{b.name} {b.required_runs}"
                                                     for b in benchmarks.discovered().values()) + ")")
@@ -189,6 +221,16 @@ def _positive(text):
         raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
+
+
+def _not_negative(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
 
 
@@ -235,12 +277,15 @@ def plan_sweep(args, passthrough, model):
     presets = _presets_by_np(args)
     known = described.presets if described else None
     prefix = args.system_prefix or profile.name
-    scales = [_scale(np, path, presets, known, prefix, profile.gpus_per_node or None)
-              for path, np in _scale_specs(args)]
+    distributions = _distributions(args, _launch_parser().parse_args(passthrough).launcher)
+    scales = [_scale(np, path, presets, known, prefix, profile.gpus_per_node or None, distribution,
+                     distributions != list(DEFAULT_DISTRIBUTIONS))
+              for path, np in _scale_specs(args) for distribution in distributions]
     _check_distinct(scales)
     sweep = Sweep(out=os.path.abspath(args.out), model=model, benchmark=benchmark, runs=runs,
                   submitter=args.submitter, status=args.status, profile=profile, scales=scales,
                   allreduce_args=shlex.split(args.allreduce_args) if args.allreduce else None,
+                  step_split_steps=_step_split_steps(args, model, distributions),
                   measure_rates=args.measure_rates,
                   verbose=args.verbose, placeholders=launch.Placeholders() if args.dry_run else None)
     _check_name("--submitter", sweep.submitter)
@@ -267,8 +312,14 @@ def _check_model(model):
         if flag in OWNED_MODEL_FLAGS:
             raise SweepError(f"{flag} after -- : the sweep sets it itself (use the sweep's --preset or "
                              f"--preset-per-scale; run directories live under --out)")
+    for flag in (arg.split("=", 1)[0] for arg in model[1:]):
+        if flag == DISTRIBUTION_FLAG:
+            raise SweepError(f"{flag} after -- : the sweep sets it itself (use the sweep's --distributions)")
     for setting in _settings(model[1:]):
         key = setting.split("=", 1)[0]
+        if key == "distribution":
+            raise SweepError(f"--set {setting}: the sweep sets the distribution itself (use the sweep's "
+                             f"--distributions)")
         if key in OWNED_SETTINGS:
             raise SweepError(f"--set {setting}: the sweep sets {key} itself (each run draws its own seed, "
                              f"as MLPerf asks; the names come from --submitter, --status and the scale)")
@@ -283,6 +334,36 @@ def _settings(args):
         elif arg.startswith("--set="):
             found.append(arg[len("--set="):])
     return found
+
+
+def _distributions(args, launcher):
+    """The backends of --distributions, in its order; refuses tf under horovodrun before anything runs."""
+    if args.distributions is None:
+        return list(DEFAULT_DISTRIBUTIONS)
+    names = _split(args.distributions, "--distributions")
+    for name in names:
+        if name not in DISTRIBUTIONS:
+            raise SweepError(f"--distributions: unknown backend {name!r}; choose from "
+                             f"{', '.join(DISTRIBUTIONS)}")
+    if len(set(names)) < len(names):
+        raise SweepError(f"--distributions {args.distributions}: a backend named twice")
+    if "tf" in names and launcher == "horovodrun":
+        raise SweepError(f"--distributions {args.distributions}: tf needs --launcher mpirun or --launcher "
+                         f"srun (horovodrun, the default launcher, starts Horovod's own controller)")
+    return names
+
+
+def _step_split_steps(args, model, distributions):
+    """N of the --set step_split_steps=N the sweep adds to every run; 0 adds none (the user's own --set
+    after -- is left as it is)."""
+    given = any(setting.split("=", 1)[0] == "step_split_steps" for setting in _settings(model[1:]))
+    if given:
+        if args.step_split_steps is not None:
+            raise SweepError("--step-split-steps and --set step_split_steps after -- : give one of them")
+        return 0
+    if args.step_split_steps is not None:
+        return args.step_split_steps
+    return STEP_SPLIT_STEPS if len(distributions) > 1 else 0
 
 
 def _scale_specs(args):
@@ -324,7 +405,8 @@ def _presets_by_np(args):
     return table
 
 
-def _scale(np, path, presets, known, prefix, default_slots):
+def _scale(np, path, presets, known, prefix, default_slots, distribution, named):
+    """The Scale of one hostfile, process count and backend; `named` puts the backend in the system's name."""
     hosts = hostfile.parse(path, default_slots)
     np = hostfile.total_slots(hosts) if np is None else np
     preset = presets.get(None) or presets.get(np)
@@ -334,7 +416,8 @@ def _scale(np, path, presets, known, prefix, default_slots):
     if known is not None and preset not in known:
         raise SweepError(f"unknown preset {preset!r} for {np} processes; available: {', '.join(known)}")
     used = hostfile.hosts_used(hosts, np)
-    return Scale(np=np, hostfile=path, hosts=used, preset=preset, system=f"{prefix}_n{len(used)}_np{np}")
+    system = f"{prefix}_n{len(used)}_np{np}" + (f"_{distribution}" if named else "")
+    return Scale(np=np, hostfile=path, hosts=used, preset=preset, system=system, distribution=distribution)
 
 
 def _check_distinct(scales):
@@ -360,9 +443,13 @@ def _launch_args(passthrough, scale, profile):
 
 def model_command(sweep, scale, index):
     """MODULE [model args] with what the sweep decides for run `index` at this scale."""
-    return [*sweep.model, "--preset", scale.preset, "--run-dir", run_dir(sweep, scale, index),
-            "--set", f"submission_org={sweep.submitter}", "--set", f"submission_platform={scale.system}",
-            "--set", f"submission_status={sweep.status}"]
+    command = [*sweep.model, "--preset", scale.preset, "--run-dir", run_dir(sweep, scale, index),
+               DISTRIBUTION_FLAG, scale.distribution,
+               "--set", f"submission_org={sweep.submitter}", "--set", f"submission_platform={scale.system}",
+               "--set", f"submission_status={sweep.status}"]
+    if sweep.step_split_steps:
+        command += ["--set", f"step_split_steps={sweep.step_split_steps}"]
+    return command
 
 
 def run_dir(sweep, scale, index):
@@ -475,8 +562,10 @@ def print_dry_run(sweep, out=sys.stdout):
                                       rates.rate_command(sweep, batch), sweep.placeholders)
             out.write(shlex.join(plan.command) + "\n")
     for number, scale in enumerate(sweep.scales, start=1):
+        backend = "" if sweep.distributions == list(DEFAULT_DISTRIBUTIONS) else \
+            f", distribution {scale.distribution}"
         out.write(f"# scale {number}/{len(sweep.scales)}: system {scale.system}, {scale.np} processes on "
-                  f"{scale.nodes} host(s), preset {scale.preset}, {sweep.runs} runs\n")
+                  f"{scale.nodes} host(s), preset {scale.preset}{backend}, {sweep.runs} runs\n")
         for line in rcp_check.scale_lines(sweep, scale):
             out.write(f"# {line}\n")
         if sweep.allreduce_args is not None:

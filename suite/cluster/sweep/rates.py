@@ -39,7 +39,7 @@ def rate_command(sweep, batch):
     """MODULE [model args] measuring the throughput at `batch` per GPU on the smallest scale."""
     scale = smallest(sweep)
     return [*sweep.model, "--preset", scale.preset, "--run-dir", rate_dir(sweep, batch), "--throughput",
-            "--set", f"global_batch_size={batch * scale.np}"]
+            "--distribution", scale.distribution, "--set", f"global_batch_size={batch * scale.np}"]
 
 
 def point(sweep, batch, record):

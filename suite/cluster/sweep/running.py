@@ -40,6 +40,10 @@ def load_manifest(sweep):
     except (OSError, ValueError) as err:
         raise SweepError(f"{path}: cannot read the manifest ({err})") from None
     old = manifest.get("plan", {})
+    for scale in old.get("scales") or []:
+        # A sweep planned before scales recorded their backend ran them all under Horovod.
+        if isinstance(scale, dict):
+            scale.setdefault("distribution", "horovod")
     for key, value in sweep.plan().items():
         if old.get(key) != value:
             raise SweepError(f"{path}: this folder holds a sweep with another {key} ({old.get(key)!r}, now "

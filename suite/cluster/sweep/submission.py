@@ -60,7 +60,9 @@ def system_description(sweep, scale, logs, env):
         "hw_notes": f"{scale.np} process(es) on {scale.nodes} host(s) "
                     f"({', '.join(h.name for h in scale.hosts)}); cluster profile {sweep.profile.name} "
                     f"v{sweep.profile.version}",
-        "framework": f"TensorFlow {versions.get('tensorflow', '?')}, Horovod {versions.get('horovod', '?')}",
+        "framework": f"TensorFlow {versions.get('tensorflow', '?')}, " + (
+            f"Horovod {versions.get('horovod', '?')}" if scale.distribution == "horovod" else
+            "its own collectives (MultiWorkerMirroredStrategy)"),
         "other_software_stack": ", ".join(f"{k} {versions[k]}" for k in SOFTWARE if versions.get(k)),
         "operating_system": versions.get("platform", ""),
         "sw_notes": f"mlperf-hvd-suite {env.get('git_revision', 'unknown')}; launched by "
