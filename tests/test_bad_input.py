@@ -263,6 +263,16 @@ def test_corrupt_shard_on_one_rank_aborts_every_rank(launcher, rank, how, small_
 
 
 @pytest.mark.slow
+def test_horovodrun_is_refused_for_the_tf_backend_before_run_start(small_data, tmp_path):
+    """horovodrun --gloo starts Horovod's own controller, which the tf backend has no use for."""
+    run_dir = tmp_path / "run"
+    result = run(train_cmd(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir), "--distribution", "tf",
+                           launcher=("horovodrun", "--gloo"), np=2), timeout=LAUNCH_TIMEOUT)
+    assert_ranks_report(result, "--distribution tf cannot run under horovodrun", "mpirun", failing=(0, 1))
+    assert not run_dir.exists() or "result_0.txt" not in os.listdir(run_dir)
+
+
+@pytest.mark.slow
 def test_batch_not_divisible_by_ranks_stops_both(small_data, tmp_path):
     run_dir = tmp_path / "run"
     result = launch(*TINY, "--data-dir", small_data, "--run-dir", str(run_dir),

@@ -1,14 +1,15 @@
 """The README's main job (`make demo`): 2 Horovod processes learn the generated set; the log passes.
 
 The demo is also the test suite's plain `horovodrun -np 2` run (Horovod's MPI controller through
-mpirun): one run asserted every way, rather than a second run of its own.
+mpirun): one run asserted every way, rather than a second run of its own. Beside it, the same job
+under `mpirun -np 2 ... --distribution tf` (TensorFlow's own collectives) on the demo's data and seed.
 """
 import os
 
 import pytest
 
 from helpers.attribution import assert_attribution_adds_up
-from helpers.running import REPO, container_check_run, run
+from helpers.running import REPO, container_check_run, run, train_cmd
 from helpers.runs import check_log, read_json, read_log
 
 # `make demo` with its 2 ranks and its timeline (a core's worth on rank 0): `make test`'s second phase,
@@ -30,11 +31,21 @@ def assert_quiet_start(output):
     assert not noisy, "\n".join(noisy[:10])
 
 
-@pytest.mark.slow
-def test_make_demo_learns_and_passes_the_checker(tmp_path):
-    demo = tmp_path / "demo"
+SEED = "seed=7"  # the demo's seed is drawn per run; here it is fixed, for the tf run to share it
+
+
+@pytest.fixture(scope="module")
+def made_demo(tmp_path_factory):
+    demo = tmp_path_factory.mktemp("main_job") / "demo"
     # On a CPU the step split's timeline is recorded only when asked for (it costs a core on rank 0).
-    result = run(["make", "-C", REPO, "demo", f"DEMO={demo}"], timeout=1800, HOROVOD_TIMELINE="DYNAMIC")
+    result = run(["make", "-C", REPO, "demo", f"DEMO={demo}", f"DEMO_FLAGS=--set {SEED}"], timeout=1800,
+                 HOROVOD_TIMELINE="DYNAMIC")
+    return demo, result
+
+
+@pytest.mark.slow
+def test_make_demo_learns_and_passes_the_checker(made_demo):
+    demo, result = made_demo
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"MLPerf log: {demo}/run/result_0.txt" in result.stdout
     assert_quiet_start(result.stdout + result.stderr)
@@ -62,3 +73,27 @@ def test_make_demo_learns_and_passes_the_checker(tmp_path):
     others = [name for name in os.listdir(demo / "run")
               if name.startswith("result_") and not name.startswith("result_0.txt")]
     assert others == []
+
+
+@pytest.mark.slow
+def test_the_demo_under_tensorflows_collectives_learns_as_horovod_did(made_demo):
+    """mpirun -np 2 with --distribution tf, the demo's data and seed: the same loss curve to the bit at
+    2 ranks (tests/test_bert_main.py says why), the target reached, the log passing, weights in sync."""
+    demo, made = made_demo
+    assert made.returncode == 0, made.stderr[-3000:]
+    run_dir = demo / "run-tf"
+    result = run(train_cmd("--preset", "tiny_cpu", "--data-dir", str(demo / "data"), "--run-dir", str(run_dir),
+                           "--set", SEED, "--distribution", "tf", launcher=("mpirun",), np=2), timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_quiet_start(result.stdout + result.stderr)
+    summary, reference = read_json(run_dir / "summary.json"), read_json(demo / "run" / "summary.json")
+    assert summary["distribution"] == "tf" and summary["weights_in_sync"]
+    assert summary["status"] == "success" and summary["accuracy"] >= STATED_ACCURACY
+    curve, horovods = summary["loss_curve"], reference["loss_curve"]
+    assert [step for step, _ in curve] == [step for step, _ in horovods] and len(curve) >= 3
+    assert [loss for _, loss in curve] == pytest.approx([loss for _, loss in horovods], rel=1e-6)
+    for ruleset in ("1.1.0", "2.1.0"):
+        passed, output = check_log(run_dir / "result_0.txt", ruleset)
+        assert passed, output
+    # No Horovod in a tf run: nothing to time in a Horovod timeline, so no timeline split either.
+    assert "keeps no Horovod timeline" in summary["attribution"]["reason"]

@@ -148,8 +148,9 @@ TWO_PER_HOST = "suite.launch"
 # The launch paths trained on two hosts here. horovodrun --mpi, mpirun and suite.cluster.launch train at
 # 8 ranks over four hosts in tests/test_four_hosts.py with the same assertions (profile, interfaces, the
 # network check, the checker, the link counters); Gloo's launch stays here, where its profile comes by
-# the model's --profile flag and the network check is held against an unreachable expectation.
-TWO_HOST_RUNS = ("horovodrun-gloo",)
+# the model's --profile flag and the network check is held against an unreachable expectation. mpirun-tf
+# is the tf backend (TensorFlow's collectives, TF_CONFIG built from mpirun's world) across the hosts.
+TWO_HOST_RUNS = ("horovodrun-gloo", "mpirun-tf")
 
 
 @pytest.fixture(scope="module", params=TWO_HOST_RUNS)

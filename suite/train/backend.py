@@ -96,5 +96,12 @@ class Backend(abc.ABC):
         """True for the error a collective raises because another rank failed or left."""
         return False
 
+    def rank_named_in(self, err):
+        """The rank the library's error names as the one that failed, or None."""
+        return None
+
+    def end_after_failure(self, code):
+        """Called once a failure has been reported and the log closed; returns to a normal exit."""
+
     def shutdown(self):
         """Frees ranks blocked in a collective with this one, where the library can; best effort."""

@@ -250,6 +250,17 @@ def failed_in_a_peer(err):
     return _backend is not None and _backend.failed_in_a_peer(err)
 
 
+def rank_named_in(err):
+    """The rank a backend's error names as the one that failed, or None."""
+    return _backend.rank_named_in(err) if _backend is not None else None
+
+
+def end_after_failure(code):
+    """After a failure is reported: ends the process at once where the backend's exit could hang."""
+    if _backend is not None:
+        _backend.end_after_failure(code)
+
+
 def nccl_built():
     return _backend.nccl_built()
 

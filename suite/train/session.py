@@ -58,6 +58,7 @@ class _Run:
         self.started = False
         self.job = None
         self.watch = None
+        self.ranks = []  # every rank's {rank, host, local_rank, pid}, once exchanged
         # Taken by whichever of the main thread, the signal watcher and the rank watch ends the run
         # first, so that one of them alone writes the closing line.
         self._closing = threading.Lock()
@@ -78,7 +79,9 @@ def run(spec, config, preset, run_dir=None, options=Options()):
             state.watch.done()
         return code
     except BaseException as err:  # noqa: BLE001 - every failure must close the log and free the others
-        return _abort(spec, state, err)
+        code = _abort(spec, state, err)
+        dist.end_after_failure(code)  # tf: ends the process here (its runtime's exit waits on the peers)
+        return code
 
 
 def _run(spec, config, preset, run_dir, state, options):
@@ -95,6 +98,7 @@ def _run(spec, config, preset, run_dir, state, options):
                                f"or run -np 1")
     ranks = dist.allgather_object({"rank": world.rank, "host": world.host, "local_rank": world.local_rank,
                                    "pid": os.getpid()}, "ranks")
+    state.ranks = ranks
     state.watch = _watch_peers(state, world, ranks, options)
     say = _say if world.is_root else _silent
     if world.cross_size > 1 and options.profile is None:
@@ -355,7 +359,9 @@ def _abort(spec, state, err):
     # Rank 0 sees only its backend's error; the rank watch knows which rank failed, if it has heard.
     cause = watch.cause(wait=1.0) if caused_elsewhere and watch and world.is_root else None
     if caused_elsewhere:
-        message = f"stopped because {cause.describe()}" if cause else "stopped because another rank failed"
+        blamed = None if cause else _blamed_by_backend(state, err)
+        message = (f"stopped because {cause.describe()}" if cause else
+                   f"stopped because {blamed}" if blamed else "stopped because another rank failed")
     else:
         message = _one_line(state.job, err)
     _close_log(state, message)
@@ -379,6 +385,17 @@ def _abort(spec, state, err):
             # rank to end as soon as it has).
             time.sleep(PEER_GRACE_SECONDS if state.started else 3)
     return 1
+
+
+def _blamed_by_backend(state, err):
+    """The rank the backend's own error names (TensorFlow's coordination service names a task that
+    stopped answering before the rank watch's silence bound has passed), with its host; or None."""
+    rank = dist.rank_named_in(err)
+    hosts = [r["host"] for r in state.ranks]
+    if rank is None:
+        return None
+    host = f" on host {hosts[rank]}" if rank < len(hosts) else ""
+    return f"rank {rank}{host} stopped answering ({type(err).__name__} from the {state.world.distribution} backend)"
 
 
 def _tell_peers(watch, world, err, message, caused_elsewhere):

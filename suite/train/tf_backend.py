@@ -10,7 +10,10 @@ The launcher's MPI communicator (mpi4py) carries what is not a tensor: the worke
 TF_CONFIG (suite/train/tf_config.py) and the small Python objects the session exchanges. Horovod is
 never imported, so this backend keeps working where Horovod does not (Keras 3, TensorFlow >= 2.19).
 """
+import contextlib
 import os
+import re
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -90,8 +93,9 @@ class TensorFlowBackend(Backend):
         # with none (0) TensorFlow concatenates every gradient first, after the whole backward pass.
         self._options = tf.distribute.experimental.CommunicationOptions(
             implementation=implementation, bytes_per_pack=self._bytes_per_pack)
-        # TensorFlow: the workers of TF_CONFIG, one replica each (this rank's CPU, or its pinned GPU).
-        self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=self._options)
+        with _start_up_lines_hidden():
+            # TensorFlow: the workers of TF_CONFIG, one replica each (this rank's CPU, or its pinned GPU).
+            self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=self._options)
 
     def _all_reduce(self, op, tensors):
         """The tensors reduced over every worker, one batched collective per dtype (a batch is packed
@@ -174,10 +178,46 @@ class TensorFlowBackend(Backend):
     def nccl_built(self):
         return bool(tf.config.list_logical_devices("GPU"))  # TensorFlow's GPU builds bring NCCL
 
+    def rank_named_in(self, err):
+        # TensorFlow names a worker as /job:worker/replica:0/task:N, and the task index is the rank.
+        named = re.search(r"/job:worker/replica:\d+/task:(\d+)", str(err))
+        rank = int(named.group(1)) if named else None
+        return rank if rank is not None and rank != self._rank else None
+
+    def end_after_failure(self, code):
+        # TensorFlow's runtime, torn down at exit, waits for the other workers (the coordination
+        # service's shutdown), which a failed job may never answer: a rank stopped (SIGSTOP) kept rank 0
+        # waiting there for minutes after run_stop was written. Everything is written by now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
     def failed_in_a_peer(self, err):
         # A collective whose peer died fails as unavailable (its connection) or aborted (the
         # coordination service's verdict), or is cancelled when this process's collectives are stopped.
         return isinstance(err, (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError))
+
+
+@contextlib.contextmanager
+def _start_up_lines_hidden():
+    """Hides the info lines TensorFlow's server and coordination service print as they start.
+
+    They go through absl's logging, which TF_CPP_MIN_LOG_LEVEL does not reach and which writes to the
+    process's stderr directly, so the file descriptor itself is pointed at /dev/null for the start-up.
+    A failure still reaches the user: it is raised as an exception, reported after this has ended.
+    --verbose (TF_CPP_MIN_LOG_LEVEL=0) or a user's own lower level shows them.
+    """
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
+        yield
+        return
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class _AllreduceOps:

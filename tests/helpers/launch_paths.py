@@ -25,9 +25,13 @@ LAUNCHES = {
                                "-x", "PYTHONPATH", "-x", "SUITE_PROFILE", sys.executable], [],
                               {"SUITE_PROFILE": pf}),
     "suite.launch": lambda hf, pf: ([*launch_args(hf, pf), "--"], [], {}),
+    # The same mpirun, the ranks distributed by TensorFlow's own collectives instead of Horovod.
+    "mpirun-tf": lambda hf, pf: (["mpirun", "--allow-run-as-root", *_np(hf), "-hostfile", hf, "-x", "PATH",
+                                  "-x", "PYTHONPATH", "-x", "SUITE_PROFILE", sys.executable],
+                                 ["--distribution", "tf"], {"SUITE_PROFILE": pf}),
 }
 # What env.json records: horovodrun --mpi and suite.launch (horovodrun underneath) exec mpirun.
 SEEN_AS = {"horovodrun-gloo": ("horovodrun-gloo", "gloo"), "horovodrun-mpi": ("mpirun", "mpi"),
-           "mpirun": ("mpirun", "mpi"), "suite.launch": ("mpirun", "mpi")}
+           "mpirun": ("mpirun", "mpi"), "suite.launch": ("mpirun", "mpi"), "mpirun-tf": ("mpirun", "grpc")}
 # Every process of a job must be gone this long after one of its ranks was killed.
 FAULT_BOUND_SECONDS = 60
