@@ -1,6 +1,7 @@
 """The scaling ceiling, side by side in one invocation: the suite against the canonical Horovod idiom
-(bench/canonical_*.py), 1 process and 2 ranks, against the no-communication ceiling, and Horovod's
-own cost at 1 rank, for ResNet-50 and a small BERT.
+(bench/canonical_*.py), 1 process and 2 ranks, its two distribution backends (Horovod, and
+TensorFlow's own collectives with and without their all-reduce packs) at 2 ranks, against the
+no-communication ceiling, and Horovod's own cost at 1 rank, for ResNet-50 and a small BERT.
 
 Every variant runs once per round; rounds alternate the order (the second runs the list backwards),
 so drift in the machine's load falls on both sides of every ratio. Each run is a command as a user
@@ -8,6 +9,8 @@ types it, its figure the samples/s the run itself reports over its timed steps (
 
 - suite / canonical, 1 process, each at its defaults;
 - suite / canonical, 2 ranks: `horovodrun -np 2 -H localhost:2 python ...`, the README's form;
+- the suite's tf backend, 2 ranks: `mpirun -np 2 python ... --set distribution=tf` (horovodrun would
+  start Horovod's controller), at its default packs (tf_pack_mb) and with one pack (tf_pack_mb=0);
 - the ceiling: two independent single-process runs started at once, each with the threads one rank
   of the 2-rank run uses (the suite: --set cpu_threads=1; the canonical script has no thread knob,
   so TF_NUM_INTRAOP_THREADS=1 and TF_NUM_INTEROP_THREADS=1, the pools the suite gives each rank of
@@ -18,6 +21,7 @@ types it, its figure the samples/s the run itself reports over its timed steps (
     .venv/bin/python bench/ceiling.py --quick      # a tiny smoke run: 64 px, a small BERT, few steps
 """
 import argparse
+import dataclasses
 import datetime
 import importlib.metadata
 import json
@@ -35,6 +39,8 @@ from dataclasses import dataclass, field
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 TWO_RANKS = ("horovodrun", "-np", "2", "-H", "localhost:2")
+# The tf backend's launcher: the mpirun horovodrun itself runs, without Horovod's controller.
+TWO_RANKS_MPIRUN = ("mpirun", "--oversubscribe", "-np", "2")
 # The pools one rank of a 2-rank run on this machine uses, given to the canonical ceiling's processes.
 CANONICAL_CEILING_ENV = (("TF_NUM_INTRAOP_THREADS", "1"), ("TF_NUM_INTEROP_THREADS", "1"))
 RUN_DIRS = ("DIR", "DIR2")  # the run folders of a variant's copies, as the printed commands show them
@@ -66,6 +72,7 @@ class Variant:
     copies: int = 1
     suite_sets: tuple = ()
     env: tuple = ()
+    launcher: tuple = TWO_RANKS  # for ranks == 2
 
 
 VARIANTS = (
@@ -73,6 +80,10 @@ VARIANTS = (
     Variant("canonical_1", "canonical, 1 process", "canonical"),
     Variant("suite_2", "suite, 2 ranks (horovodrun)", "suite", ranks=2),
     Variant("canonical_2", "canonical, 2 ranks (horovodrun)", "canonical", ranks=2),
+    Variant("suite_2_tf", "suite, 2 ranks, tf backend (mpirun)", "suite", ranks=2,
+            suite_sets=("distribution=tf",), launcher=TWO_RANKS_MPIRUN),
+    Variant("suite_2_tf_one_pack", "suite, 2 ranks, tf backend, one pack (tf_pack_mb=0)", "suite", ranks=2,
+            suite_sets=("distribution=tf", "tf_pack_mb=0"), launcher=TWO_RANKS_MPIRUN),
     Variant("suite_ceiling", "suite, 2 independent processes at once, 1 thread each", "suite", copies=2,
             suite_sets=("cpu_threads=1",)),
     Variant("canonical_ceiling", "canonical, 2 independent processes at once, 1 thread each", "canonical",
@@ -98,6 +109,9 @@ RATIOS = (
     Ratio("2-rank efficiency, suite (2 ranks / its ceiling)", "suite_2", "suite_ceiling",
           targets={"resnet50": 0.93}),
     Ratio("2-rank efficiency, canonical (2 ranks / its ceiling)", "canonical_2", "canonical_ceiling"),
+    Ratio("2-rank efficiency, suite's tf backend (2 ranks / the suite's ceiling)", "suite_2_tf", "suite_ceiling"),
+    Ratio("tf backend / Horovod, 2 ranks", "suite_2_tf", "suite_2"),
+    Ratio("tf backend, packs of tf_pack_mb / one pack", "suite_2_tf", "suite_2_tf_one_pack"),
     Ratio("suite / canonical, 1 process", "suite_1", "canonical_1", targets={"resnet50": 1.0}),
     Ratio("suite / canonical, 2 ranks", "suite_2", "canonical_2", targets={"resnet50": 1.3}),
     Ratio("Horovod's cost at 1 rank, suite (1 - with / without allreduce)", "suite_1", "suite_1_no_allreduce",
@@ -160,7 +174,7 @@ def workloads(sizes, bert_config_path, bert_config_text):
 
 def command(workload, variant, run_dir):
     """The argv of one job of a variant; it leaves its result in run_dir/throughput.json."""
-    launcher = list(TWO_RANKS) if variant.ranks == 2 else []
+    launcher = list(variant.launcher) if variant.ranks == 2 else []
     if variant.side == "canonical":
         return launcher + ["python", workload.canonical_script, *workload.canonical_flags,
                            "--out", os.path.join(run_dir, "throughput.json")]
@@ -196,12 +210,12 @@ class BenchError(RuntimeError):
     """A run that failed or left no result; the message is one line naming the command."""
 
 
-def run_variant(workload, variant, round_index, work, timeout):
+def run_variant(workload, variant, round_index, work, timeout, env=()):
     """Starts the variant's copies at once, waits for all; returns their results, argvs and run folders."""
     run_dirs = [os.path.join(work, f"{workload.key}-{variant.key}-{round_index}-{copy}")
                 for copy in range(variant.copies)]
     argvs = [command(workload, variant, run_dir) for run_dir in run_dirs]
-    return run_at_once(argvs, run_dirs, job_env(variant.env), timeout), argvs, run_dirs
+    return run_at_once(argvs, run_dirs, job_env((*env, *variant.env)), timeout), argvs, run_dirs
 
 
 def run_at_once(argvs, run_dirs, env, timeout, wrap=None):
@@ -284,16 +298,16 @@ def round_order(round_index, variants=VARIANTS):
     return tuple(variants) if round_index % 2 else tuple(reversed(variants))
 
 
-def measure(chosen, rounds, timeout, work, bert_config_path, log):
-    """Yields each run's row as it ends."""
+def measure(chosen, rounds, timeout, work, bert_config_path, log, variants=VARIANTS, env=()):
+    """Yields each run's row as it ends; env is added to every job's environment."""
     for round_index in range(1, rounds + 1):
         for workload in chosen:
-            for variant in round_order(round_index):
+            for variant in round_order(round_index, variants):
                 started = time.monotonic()
-                results, argvs, run_dirs = run_variant(workload, variant, round_index, work, timeout)
+                results, argvs, run_dirs = run_variant(workload, variant, round_index, work, timeout, env)
                 placeholders = [{run_dir: name, bert_config_path: "bert_config.json"}
                                 for run_dir, name in zip(run_dirs, RUN_DIRS)]
-                commands = [shown(argv, variant.env, names) for argv, names in zip(argvs, placeholders)]
+                commands = [shown(argv, (*env, *variant.env), names) for argv, names in zip(argvs, placeholders)]
                 row = row_of(workload, variant, round_index, results, commands)
                 log(f"round {round_index} {workload.key} {variant.key}: {row['samples_per_second']:.2f} "
                     f"{workload.unit} ({time.monotonic() - started:.0f} s, load {os.getloadavg()[0]:.2f})")
@@ -472,12 +486,51 @@ def _workload_tables(rows, workload):
         rounds = ", ".join(_ratio_text(ratio, v) for v in ratio_per_round(ratio, rows, workload.key))
         target = verdict(ratio, workload.key, value)
         lines.append(f"| {ratio.label} | {_ratio_text(ratio, value)} | {rounds} | {target} |")
+    lines += _step_split_lines(rows, workload)
     lines += ["", "Commands (from the repository root, `.venv/bin` first on PATH; DIR, DIR2 new folders):",
               ""]
     lines += [f"- {variant.label}: `{_command_of(rows, workload.key, variant)}`"
               for variant in VARIANTS if variant.key in found]
     lines += [f"- {name}: `{text}`" for name, text in workload.files]
     return lines + ["", *_overlap_lines(rows, workload.key), ""]
+
+
+# The 2-rank variants whose step the ceiling splits, and the ceiling of the same code.
+SPLIT = (("suite_2", "suite_ceiling"), ("suite_2_tf", "suite_ceiling"), ("suite_2_tf_one_pack", "suite_ceiling"),
+         ("canonical_2", "canonical_ceiling"))
+
+
+def step_split(rows, model, variant, ceiling):
+    """(step ms, compute ms with the cores shared, exposed communication ms): medians over rounds.
+
+    A rank's step against a ceiling process's step: the same code on the same share of the cores, with
+    nothing communicated. What the 2-rank step takes beyond it is the communication the backward pass
+    did not hide (and the ranks' waits on each other)."""
+    def median_step(key):
+        steps = [statistics.mean(r["step_ms_p50"]) for r in rows if r["model"] == model and r["variant"] == key
+                 and r.get("step_ms_p50") and all(r["step_ms_p50"])]
+        return statistics.median(steps) if steps else None
+    step, compute = median_step(variant), median_step(ceiling)
+    if step is None or compute is None:
+        return None
+    return step, compute, step - compute
+
+
+def _step_split_lines(rows, workload):
+    split_rows = []
+    for variant_key, ceiling_key in SPLIT:
+        found = step_split(rows, workload.key, variant_key, ceiling_key)
+        if found:
+            label = next(v.label for v in VARIANTS if v.key == variant_key)
+            step, compute, exposed = found
+            split_rows.append(f"| {label} | {step:.0f} | {compute:.0f} | {exposed:.0f} | "
+                              f"{100 * exposed / step:.1f} % |")
+    if not split_rows:
+        return []
+    return ["", "Step split (medians of the per-rank step p50 over rounds; compute is the ceiling's step, "
+                "the same code on the same share of the cores with nothing communicated):", "",
+            "| variant | step (ms) | compute, cores shared (ms) | exposed communication (ms) | of the step |",
+            "|---|---:|---:|---:|---:|", *split_rows]
 
 
 def _overlap_lines(rows, model):
@@ -526,7 +579,22 @@ def parse_args(argv=None):
                         help="tiny smoke run: 64 px, a 1-layer BERT, 4 per rank, 1 + 3 steps, 1 round")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds one run may take (default 1800)")
     parser.add_argument("--out", default="", help="also write the machine facts and every row as JSON here")
+    parser.add_argument("--steps", type=int, help="timed steps per run (default 20, with --quick 3)")
+    parser.add_argument("--warmup-steps", type=int, help="untimed steps first (default 5, with --quick 1)")
+    parser.add_argument("--variants", default="",
+                        help=f"comma-separated subset of: {', '.join(v.key for v in VARIANTS)} (default: all)")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="set in every job's environment, e.g. TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's Eigen "
+                             "kernels, its default on an AVX2-only CPU); repeatable")
     args = parser.parse_args(argv)
+    known_variants = {v.key for v in VARIANTS}
+    args.variants = [k.strip() for k in args.variants.split(",") if k.strip()] or [v.key for v in VARIANTS]
+    if set(args.variants) - known_variants:
+        parser.error(f"--variants: unknown {', '.join(sorted(set(args.variants) - known_variants))}")
+    bad = [item for item in args.env if "=" not in item or not item.split("=", 1)[0]]
+    if bad:
+        parser.error(f"--env {bad[0]}: expected KEY=VALUE")
+    args.env = tuple(tuple(item.split("=", 1)) for item in args.env)
     chosen = [name.strip() for name in args.models.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in ("resnet50", "bert")]
     if unknown or not chosen:
@@ -535,6 +603,9 @@ def parse_args(argv=None):
         args.rounds = 1 if args.quick else 2
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: must be at least 1")
+    for flag, value in (("--steps", args.steps), ("--warmup-steps", args.warmup_steps)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} {value}: must be at least 1")
     if args.timeout < 1:
         parser.error(f"--timeout {args.timeout}: must be positive")
     if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
@@ -553,11 +624,14 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="ceiling-") as work:
         config_path = os.path.join(work, "bert_config.json")
         sizes = QUICK if args.quick else FULL
+        sizes = dataclasses.replace(sizes, steps=args.steps or sizes.steps,
+                                    warmup_steps=args.warmup_steps or sizes.warmup_steps)
         known = workloads(sizes, config_path, bert_config(sizes, config_path))
         chosen = [known[key] for key in chosen_keys]
         try:
+            variants = tuple(v for v in VARIANTS if v.key in args.variants)
             for row in measure(chosen, args.rounds, args.timeout, work, config_path,
-                               lambda text: print(text, file=sys.stderr, flush=True)):
+                               lambda text: print(text, file=sys.stderr, flush=True), variants, args.env):
                 rows.append(row)
                 _write_rows(args.out, facts, invocation, rows)  # a run cut short keeps what it measured
         except BenchError as error:

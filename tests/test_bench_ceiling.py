@@ -24,9 +24,11 @@ def _row(variant, value, round_index=1, model="resnet50", per_process=None, copi
 def _two_rounds():
     """Round 1 and round 2 of every ResNet-50 variant, numbers chosen to make the ratios easy."""
     first = {"suite_1": 13.0, "canonical_1": 12.0, "suite_2": 12.0, "canonical_2": 9.0,
-             "suite_ceiling": 13.0, "canonical_ceiling": 12.0, "suite_1_no_allreduce": 13.0}
+             "suite_ceiling": 13.0, "canonical_ceiling": 12.0, "suite_1_no_allreduce": 13.0,
+             "suite_2_tf": 10.0, "suite_2_tf_one_pack": 8.0}
     second = {"suite_1": 15.0, "canonical_1": 13.0, "suite_2": 14.0, "canonical_2": 9.0,
-              "suite_ceiling": 15.0, "canonical_ceiling": 12.0, "suite_1_no_allreduce": 16.0}
+              "suite_ceiling": 15.0, "canonical_ceiling": 12.0, "suite_1_no_allreduce": 16.0,
+              "suite_2_tf": 12.0, "suite_2_tf_one_pack": 8.0}
     return ([_row(key, value, 1) for key, value in first.items()]
             + [_row(key, value, 2) for key, value in second.items()])
 
@@ -245,3 +247,24 @@ def test_the_machine_line_says_the_cpus_vector_instructions(flags, said):
              "memory_gib": 23.5, "python": "3.11", "tensorflow": "2.18.1", "horovod": "0.28.1",
              "git_revision": "abc", "load_average_start": [1, 1, 1], "load_average_end": [1, 1, 1]}
     assert ceiling.machine_line(facts).startswith(f"Machine: nproc 2, AMD EPYC ({said}), 23.5 GiB;")
+
+
+def test_the_tf_backend_runs_under_mpirun_with_its_setting():
+    workload = ceiling.workloads(ceiling.QUICK, "bert_config.json", "{}")["resnet50"]
+    variant = next(v for v in ceiling.VARIANTS if v.key == "suite_2_tf")
+    argv = ceiling.command(workload, variant, "DIR")
+    assert argv[:4] == ["mpirun", "--oversubscribe", "-np", "2"] and "distribution=tf" in argv
+    assert "global_batch_size=8" in argv  # 4 per rank, 2 ranks
+
+
+def test_the_step_split_takes_the_ceilings_step_as_compute():
+    def row(variant, steps, round_index):
+        return {**_row(variant, 1.0, round_index), "step_ms_p50": steps}
+    rows = [row("suite_2", [110.0, 130.0], 1), row("suite_ceiling", [95.0, 105.0], 1),
+            row("suite_2", [140.0, 140.0], 2), row("suite_ceiling", [100.0, 100.0], 2),
+            row("suite_2_tf", [None, 150.0], 1)]
+    # suite_2: per-round means 120 and 140, median 130; the ceiling's 100 and 100.
+    split = ceiling.step_split(rows, "resnet50", "suite_2", "suite_ceiling")
+    assert split == pytest.approx((130.0, 100.0, 30.0))
+    # A round whose ranks did not all time a step is left out; with none left there is no split.
+    assert ceiling.step_split(rows, "resnet50", "suite_2_tf", "suite_ceiling") is None

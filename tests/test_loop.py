@@ -54,7 +54,7 @@ def tiny_job(optimizer, features=8, classes=3, blocks=(), target=1.1, eval_batch
 
 def loop_config(**overrides):
     settings = dict(fp16_allreduce=False, xla=False, log_every=2, save_checkpoints=False, resume_from="",
-                    poison_weights_at_step=0, gradient_allreduce=True)
+                    poison_weights_at_step=0, gradient_allreduce=True, step_split_steps=0)
     return SimpleNamespace(**{**settings, **overrides})
 
 

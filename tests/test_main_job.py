@@ -82,8 +82,9 @@ def test_the_demo_under_tensorflows_collectives_learns_as_horovod_did(made_demo)
     demo, made = made_demo
     assert made.returncode == 0, made.stderr[-3000:]
     run_dir = demo / "run-tf"
-    result = run(train_cmd("--preset", "tiny_cpu", "--data-dir", str(demo / "data"), "--run-dir", str(run_dir),
-                           "--set", SEED, "--distribution", "tf", launcher=("mpirun",), np=2), timeout=900)
+    result = run(train_cmd("--preset", "tiny_cpu", "--data-dir", str(demo / "data"), "--run-dir",
+                           str(run_dir), "--set", SEED, "--distribution", "tf", launcher=("mpirun",), np=2),
+                 timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert_quiet_start(result.stdout + result.stderr)
     summary, reference = read_json(run_dir / "summary.json"), read_json(demo / "run" / "summary.json")

@@ -8,14 +8,16 @@ from suite.train import step_split, tf_config
 
 
 def test_workers_on_one_host_meet_on_loopback():
-    assert tf_config.worker_address("node7", ["node7", "node7"], {"NCCL_SOCKET_IFNAME": "eth0"}) == "localhost"
+    one_host = ["node7", "node7"]
+    assert tf_config.worker_address("node7", one_host, {"NCCL_SOCKET_IFNAME": "eth0"}) == "localhost"
 
 
 def test_across_hosts_the_profile_interface_gives_the_address():
     interfaces = {"lo": ["127.0.0.1"], "eth0": ["10.0.0.5"], "ens1f0": ["192.0.2.7"], "ib0": []}
     env = {"NCCL_SOCKET_IFNAME": "ens,eth"}  # NCCL's syntax: prefixes, the first that matches wins
     assert tf_config.worker_address("a", ["a", "b"], env, interfaces) == "192.0.2.7"
-    assert tf_config.worker_address("a", ["a", "b"], {"NCCL_SOCKET_IFNAME": "=eth0"}, interfaces) == "10.0.0.5"
+    exact = {"NCCL_SOCKET_IFNAME": "=eth0"}
+    assert tf_config.worker_address("a", ["a", "b"], exact, interfaces) == "10.0.0.5"
     # An exclusion list names no interface to use; nor does an interface without an IPv4 address.
     assert tf_config.worker_address("a", ["a", "b"], {"NCCL_SOCKET_IFNAME": "^docker"}, interfaces) == "a"
     assert tf_config.worker_address("a", ["a", "b"], {"GLOO_SOCKET_IFNAME": "ib"}, interfaces) == "a"

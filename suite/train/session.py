@@ -395,7 +395,8 @@ def _blamed_by_backend(state, err):
     if rank is None:
         return None
     host = f" on host {hosts[rank]}" if rank < len(hosts) else ""
-    return f"rank {rank}{host} stopped answering ({type(err).__name__} from the {state.world.distribution} backend)"
+    backend = state.world.distribution
+    return f"rank {rank}{host} stopped answering ({type(err).__name__} from the {backend} backend)"
 
 
 def _tell_peers(watch, world, err, message, caused_elsewhere):

@@ -43,8 +43,8 @@ class _OneProcess:
 
 def _communicator(launcher):
     if launcher == "horovodrun-gloo":
-        raise LaunchError("--distribution tf cannot run under horovodrun: it starts Horovod's own controller; "
-                          "launch with mpirun, srun or suite.cluster.launch --launcher mpirun")
+        raise LaunchError("--distribution tf cannot run under horovodrun: it starts Horovod's own "
+                          "controller; launch with mpirun, srun or suite.cluster.launch --launcher mpirun")
     if launcher not in MPI_LAUNCHERS:
         return _OneProcess(), None
     from mpi4py import MPI
@@ -107,7 +107,8 @@ class TensorFlowBackend(Backend):
             out = [None] * len(values)
             for dtype in sorted({v.dtype for v in values}, key=lambda d: d.name):
                 where = [i for i, v in enumerate(values) if v.dtype == dtype]
-                reduced = context.all_reduce(op, [tf.identity(values[i]) for i in where], options=self._options)
+                placed = [tf.identity(values[i]) for i in where]
+                reduced = context.all_reduce(op, placed, options=self._options)
                 for i, value in zip(where, reduced):
                     out[i] = value
             return out
@@ -133,7 +134,8 @@ class TensorFlowBackend(Backend):
             return self._all_reduce(op, tensors)
         wide = [t.dtype for t in tensors]
         # As Horovod's fp16 compression: floats go over the wire in half precision, back in their dtype.
-        reduced = self._all_reduce(op, [tf.cast(t, tf.float16) if t.dtype.is_floating else t for t in tensors])
+        narrow = [tf.cast(t, tf.float16) if t.dtype.is_floating else t for t in tensors]
+        reduced = self._all_reduce(op, narrow)
         return [tf.cast(r, dtype) for r, dtype in zip(reduced, wide)]
 
     def gradients(self, tape, loss, variables, fp16):
