@@ -70,3 +70,13 @@ def test_the_split_by_subtraction_adds_up_to_the_step():
     noisy = step_split.split([{"full": 95.0, "local": 100.0, "input": 0.0}, {"full": 95.0, "local": 90.0,
                                                                              "input": 0.0}])
     assert noisy["exposed_allreduce_ms"] == 0.0 and sum(noisy[p] for p in parts) == pytest.approx(95.0)
+
+
+def test_the_rank_tensorflow_names_as_gone_is_read_from_its_error():
+    from suite.train import tf_backend
+    backend = tf_backend.TensorFlowBackend()
+    text = ("Error reported from /job:worker/task:1: Task /job:worker/replica:0/task:3 heartbeat timeout. "
+            "This indicates that the remote task has failed")
+    assert backend.rank_named_in(RuntimeError(text)) == 3
+    assert backend.rank_named_in(RuntimeError("/job:worker/replica:0/task:0 is this rank")) is None
+    assert backend.rank_named_in(RuntimeError("no task named")) is None
