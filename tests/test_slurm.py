@@ -160,11 +160,11 @@ def test_pmi2_is_refused_in_one_line_inside_a_job(slurm, tmp_path):
 
 # ---- faults ---------------------------------------------------------------------------------------
 
-def start_long_job(slurm, small_data, folder):
+def start_long_job(slurm, small_data, folder, *model_flags):
     """A job that trains far longer than any test waits; returns once its run has started."""
     run_dir = folder / "run"
-    job = submit(slurm, write_script(folder / "long.sbatch", [launch_command(long_training(small_data,
-                                                                                           run_dir))]))
+    model_args = [*long_training(small_data, run_dir), *model_flags]
+    job = submit(slurm, write_script(folder / "long.sbatch", [launch_command(model_args)]))
     wait_for(lambda: started(run_dir) or slurm.job(job.id)["JobState"] not in ("PENDING", "RUNNING"),
              600, "run_start")
     assert slurm.job(job.id)["JobState"] == "RUNNING", job.text()[-3000:]
@@ -200,7 +200,10 @@ def test_scancel_ends_every_task_with_the_log_closed_and_the_signal_named(slurm,
 
 
 def test_a_task_killed_on_the_second_node_ends_the_step_and_the_job(slurm, small_data, tmp_path):
-    job, run_dir = start_long_job(slurm, small_data, tmp_path)
+    """Under the tf backend (TensorFlow's collectives, TF_CONFIG from srun's MPI world, started by
+    suite.cluster.launch --launcher srun): the rank watch names the task as under Horovod, whose runs
+    under srun are the rest of this file's."""
+    job, run_dir = start_long_job(slurm, small_data, tmp_path, "--distribution", "tf")
     second = slurm.nodes[1]
     victim = next(r for r in read_json(run_dir / "env.json")["ranks"] if r["host"] == second)
     since = time.time()
@@ -212,6 +215,8 @@ def test_a_task_killed_on_the_second_node_ends_the_step_and_the_job(slurm, small
              "srun's line for the killed task")
     errors = errors_in(job.text(), "error (rank 0)")
     assert len(errors) == 1 and named in errors[0], job.text()[-3000:]
+    env = read_json(run_dir / "env.json")
+    assert (env["launcher"], env["controller"]) == ("srun", "grpc")
 
 
 # ---- bad input Slurm can tell before any rank starts ----------------------------------------------

@@ -67,6 +67,7 @@ def environment(world, ranks):
         "min_nvidia_driver": os.environ.get("SUITE_MIN_NVIDIA_DRIVER") or None,
         "launcher": world.launcher,
         "controller": world.controller,
+        "distribution": getattr(world, "distribution", "horovod"),
         "device": world.device,
         "world_size": world.size,
         "hosts": hosts,
