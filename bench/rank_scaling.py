@@ -51,6 +51,16 @@ CORES = len(os.sched_getaffinity(0))
 # A raw Open MPI launch keeps the hostfile's qualified names only when told (docs/scaling-study.md):
 # otherwise it would ssh to the short name, which the hosts do not resolve.
 KEEP_QUALIFIED_NAMES = (("OMPI_MCA_orte_keep_fqdn_hostnames", "1"),)
+# The distribution backends (the models' distribution setting) and what launches each: the tf
+# backend refuses horovodrun, which would start Horovod's controller.
+LAUNCHERS = {"horovod": "horovodrun", "tf": "mpirun"}
+DISTRIBUTIONS = tuple(LAUNCHERS)
+# horovodrun runs mpirun with these; the tf backend's mpirun gets them too, so that the two differ in
+# the backend alone. Without them Open MPI binds each rank to one core wherever a host has a core per
+# rank (at 2 ranks here, and on every four-host host), while the ceiling's processes are unbound.
+HOROVODRUN_MAPPING = ("--bind-to", "none", "--map-by", "slot")
+# What a raw mpirun hands to the ranks it starts on other hosts (horovodrun forwards everything).
+FORWARDED = ("PATH", "PYTHONPATH")
 
 
 @dataclass(frozen=True)
@@ -93,19 +103,34 @@ def scaled_steps(steps_at_two, ranks, minimum):
     return max(minimum, round(steps_at_two * 2 / ranks))
 
 
-def ranks_key(scale):
-    return f"ranks_{scale.key}"
+def ranks_key(scale, distribution="horovod"):
+    """ranks_2 for Horovod (as before there was a choice), ranks_2_tf for the tf backend."""
+    return f"ranks_{scale.key}" + ("" if distribution == "horovod" else f"_{distribution}")
 
 
 def ceiling_key(ranks):
     return f"ceiling_{ranks}"
 
 
-def ranks_variant(scale, rank_env=()):
-    """The N-rank run; rank_env: (name, value) pairs its command sets (--rank-env), to try a setting."""
+def ranks_variant(scale, rank_env=(), distribution="horovod"):
+    """The N-rank run on one backend; rank_env: (name, value) pairs its command sets (--rank-env), to
+    try a setting."""
     env = (KEEP_QUALIFIED_NAMES if scale.hosts > 1 else ()) + tuple(rank_env)
-    return ceiling.Variant(ranks_key(scale), scale.label + " (horovodrun)", "suite", ranks=scale.ranks,
-                           env=env)
+    if distribution == "horovod":
+        return ceiling.Variant(ranks_key(scale), scale.label + " (horovodrun)", "suite", ranks=scale.ranks,
+                               env=env)
+    return ceiling.Variant(ranks_key(scale, distribution), f"{scale.label}, {distribution} backend "
+                           f"({LAUNCHERS[distribution]})", "suite", ranks=scale.ranks, env=env,
+                           suite_sets=(f"distribution={distribution}",))
+
+
+def distribution_of(variant):
+    """The backend an N-rank variant runs on: the distribution it sets, else Horovod (the default)."""
+    for item in variant.suite_sets:
+        name, _, value = item.partition("=")
+        if name == "distribution":
+            return value
+    return "horovod"
 
 
 def ceiling_variant(ranks):
@@ -115,18 +140,26 @@ def ceiling_variant(ranks):
                            suite_sets=(f"cpu_threads={threads}",))
 
 
-def efficiency_ratio(scale):
-    return ceiling.Ratio(f"{scale.label}: efficiency", ranks_key(scale), ceiling_key(scale.ranks))
+def efficiency_ratio(scale, distribution="horovod"):
+    return ceiling.Ratio(f"{scale.label}: efficiency", ranks_key(scale, distribution),
+                         ceiling_key(scale.ranks))
 
 
-def run_list(scales, rank_env=()):
-    """Each scale's run with its ceiling just before it; a ceiling shared by two scales runs once."""
+def backend_ratio(scale, distribution="tf"):
+    """One backend's N-rank rate over Horovod's at the same scale (the same ceiling beneath both)."""
+    return ceiling.Ratio(f"{scale.label}: {distribution} / horovod", ranks_key(scale, distribution),
+                         ranks_key(scale))
+
+
+def run_list(scales, rank_env=(), distributions=("horovod",)):
+    """Each scale's runs, one per backend, with its ceiling just before them; a ceiling shared by two
+    scales runs once."""
     runs, seen = [], set()
     for scale in scales:
         if scale.ranks not in seen:
             seen.add(scale.ranks)
             runs.append(ceiling_variant(scale.ranks))
-        runs.append(ranks_variant(scale, rank_env))
+        runs += [ranks_variant(scale, rank_env, distribution) for distribution in distributions]
     return runs
 
 
@@ -146,14 +179,26 @@ def workload_for(sizes, model, ranks, steps_at_two, warmup_at_two, config_path, 
 
 
 def job_argvs(workload, variant, scale, run_dirs, hostfile):
-    """The argv of each process started at once: one horovodrun, or the ceiling's copies."""
+    """The argv of each process started at once: one horovodrun or mpirun, or the ceiling's copies."""
     if variant.copies > 1:
         return [ceiling.suite_command(workload, 1, variant.suite_sets, run_dir) for run_dir in run_dirs]
+    launcher = launcher_argv(variant, scale, hostfile)
+    return [launcher + ceiling.suite_command(workload, scale.ranks, variant.suite_sets, run_dirs[0])]
+
+
+def launcher_argv(variant, scale, hostfile):
+    """horovodrun for Horovod; mpirun for the tf backend, which on other hosts is handed the variables
+    the ranks need (PATH, PYTHONPATH, --rank-env's) with -x."""
+    np = ["-np", str(scale.ranks)]
+    if distribution_of(variant) == "horovod":
+        hosts = ["-H", f"localhost:{scale.ranks}"] if scale.hosts == 1 else ["-hostfile", hostfile]
+        return ["horovodrun", *np, *hosts]
     if scale.hosts == 1:
-        launcher = ["horovodrun", "-np", str(scale.ranks), "-H", f"localhost:{scale.ranks}"]
-    else:
-        launcher = ["horovodrun", "-np", str(scale.ranks), "-hostfile", hostfile]
-    return [launcher + ceiling.suite_command(workload, scale.ranks, (), run_dirs[0])]
+        return ["mpirun", "--oversubscribe", *np, *HOROVODRUN_MAPPING]
+    # Open MPI hands its own settings (OMPI_MCA_*) to its daemons itself.
+    names = [*FORWARDED, *(name for name, _ in variant.env if not name.startswith("OMPI_MCA_"))]
+    return ["mpirun", *np, "-hostfile", hostfile, *HOROVODRUN_MAPPING,
+            *(arg for name in names for arg in ("-x", name))]
 
 
 def run_one(workload, variant, scale, round_index, work, cluster, hostfile, timeout):
@@ -172,6 +217,8 @@ def run_one(workload, variant, scale, round_index, work, cluster, hostfile, time
     commands = [ceiling.shown(argvs[0], variant.env, placeholders(run_dirs, hostfile, workload))]
     row = ceiling.row_of(workload, variant, round_index, results, commands)
     row["scale"] = scale.key if variant.copies == 1 else None
+    # The ceiling communicates nothing, so it has no backend; a row without the key is Horovod's.
+    row["distribution"] = distribution_of(variant) if variant.copies == 1 else None
     row["steps"] = results[0]["timed_steps"]
     row["per_rank_batch"] = results[0]["per_rank_batch"]
     return row
@@ -188,13 +235,14 @@ def placeholders(run_dirs, hostfile, workload):
     return named
 
 
-def measure(chosen_models, scales, rounds, make_workload, work, cluster, hostfile, timeout, log, rank_env=()):
+def measure(chosen_models, scales, rounds, make_workload, work, cluster, hostfile, timeout, log, rank_env=(),
+            distributions=("horovod",)):
     """Yields each run's row as it ends."""
     by_ranks = {scale.ranks: scale for scale in reversed(scales)}  # a ceiling's scale: the first of its size
-    by_key = {ranks_key(scale): scale for scale in scales}
+    by_key = {ranks_key(scale, d): scale for scale in scales for d in distributions}
     for round_index in range(1, rounds + 1):
         for model in chosen_models:
-            for variant in ceiling.round_order(round_index, run_list(scales, rank_env)):
+            for variant in ceiling.round_order(round_index, run_list(scales, rank_env, distributions)):
                 scale = by_key.get(variant.key) or by_ranks[variant.copies]
                 workload = make_workload(model, scale.ranks)
                 started = time.monotonic()
@@ -278,57 +326,85 @@ def target_text(scale_key, model, value, per_round):
 
 # ---------------------------------------------------------------- the report
 
-def markdown(rows, models, scales, facts, invocation, rounds, workloads_by_model, complete=True):
+def markdown(rows, models, scales, facts, invocation, rounds, workloads_by_model, complete=True,
+             distributions=("horovod",)):
     cut = "" if complete else f" Interrupted after {len(rows)} run(s): the tables hold those alone."
     lines = [f"Measured {facts['date_utc']} with `{invocation}`: {rounds} round(s), alternating order.{cut}",
              ceiling.machine_line(facts),
              *ceiling._load_warning(rows, facts["nproc"]), ""]
     for model in models:
-        lines += model_tables(rows, workloads_by_model[model], scales)
+        lines += model_tables(rows, workloads_by_model[model], scales, distributions)
     return "\n".join(lines)
 
 
-def model_tables(rows, workload, scales):
+def model_tables(rows, workload, scales, distributions=("horovod",)):
+    """The efficiency, backend and split tables and the commands of one model. With one backend the
+    tables are as they were before there was a choice; with several each row names its backend."""
     model, unit = workload.key, workload.unit
+    several = len(distributions) > 1
+    backend = " backend |" if several else ""
     lines = [f"### {workload.title} (at 2 ranks)", "",
-             f"| scale | per rank | timed steps | {unit}, N ranks (median) | {unit}, ceiling (median) | "
-             f"efficiency, of medians | per round | rounds apart | target |",
-             "|---|---:|---:|---:|---:|---:|---|---:|---|"]
+             f"| scale |{backend} per rank | timed steps | {unit}, N ranks (median) | "
+             f"{unit}, ceiling (median) | efficiency, of medians | per round | rounds apart | target |",
+             "|---|" + ("---|" if several else "") + "---:|---:|---:|---:|---:|---|---:|---|"]
     for scale in scales:
-        lines += _efficiency_line(rows, model, scale)
+        for distribution in distributions:
+            lines += _efficiency_line(rows, model, scale, distribution, several)
+    lines += _backend_lines(rows, model, scales, distributions)
+    added = "added per step: exposed communication" if several else "added per step"
     lines += ["", "Where the rest goes, from the runs' throughput.json (every round):", "",
-              "| scale | median step, ranks (ms) | median step, ceiling processes (ms) | added per step | "
+              f"| scale |{backend} median step, ranks (ms) | median step, ceiling processes (ms) | {added} | "
               "ranks' rate spread, widest | ceiling processes' spread, widest | input wait, highest |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+              "|---|" + ("---|" if several else "") + "---:|---:|---:|---:|---:|---:|"]
     for scale in scales:
-        lines += _split_line(rows, model, scale)
+        for distribution in distributions:
+            lines += _split_line(rows, model, scale, distribution, several)
     lines += ["", "Commands (from the repository root, `.venv/bin` first on PATH; DIR new folders; the "
               "ceiling's copies `for i in $(seq N)`):", ""]
-    lines += _command_lines(rows, model, scales)
+    lines += _command_lines(rows, model, scales, distributions)
     lines += [f"- {name}: `{text}`" for name, text in workload.files]
     return lines + [""]
 
 
-def _efficiency_line(rows, model, scale):
-    ratio = efficiency_ratio(scale)
+def _efficiency_line(rows, model, scale, distribution="horovod", several=False):
+    ratio = efficiency_ratio(scale, distribution)
     value = ceiling.ratio_of_medians(ratio, rows, model)
     if value is None:
         return []
-    ranks_rows = rows_of(rows, model, ranks_key(scale))
+    ranks_rows = rows_of(rows, model, ranks_key(scale, distribution))
     ceiling_rows = rows_of(rows, model, ceiling_key(scale.ranks))
     per_round = ceiling.ratio_per_round(ratio, rows, model)
-    return [f"| {scale.label} | {ranks_rows[0]['per_rank_batch']} | {ranks_rows[0]['steps']} | "
+    backend = f" {distribution} |" if several else ""
+    return [f"| {scale.label} |{backend} {ranks_rows[0]['per_rank_batch']} | {ranks_rows[0]['steps']} | "
             f"{_median_rate(ranks_rows):.2f} | {_median_rate(ceiling_rows):.2f} | {value:.3f} | "
             f"{', '.join(f'{v:.3f}' for v in per_round)} | {round_disagreement(per_round):.1f} % | "
             f"{target_text(scale.key, model, value, per_round)} |"]
+
+
+def _backend_lines(rows, model, scales, distributions):
+    """Each other backend's rate over Horovod's, per scale (the same rounds, the same ceiling)."""
+    others = [d for d in distributions if d != "horovod"] if "horovod" in distributions else []
+    lines = []
+    for distribution in others:
+        for scale in scales:
+            ratio = backend_ratio(scale, distribution)
+            value = ceiling.ratio_of_medians(ratio, rows, model)
+            if value is not None:
+                per_round = ceiling.ratio_per_round(ratio, rows, model)
+                lines.append(f"| {scale.label} | {distribution} / horovod | {value:.3f} | "
+                             f"{', '.join(f'{v:.3f}' for v in per_round)} |")
+    if not lines:
+        return []
+    return ["", "The backends against each other (N-rank rates; above 1 the other backend is faster):", "",
+            "| scale | ratio | of medians | per round |", "|---|---|---:|---|", *lines]
 
 
 def _median_rate(rows):
     return statistics.median(row["samples_per_second"] for row in rows)
 
 
-def _split_line(rows, model, scale):
-    ranks_rows = rows_of(rows, model, ranks_key(scale))
+def _split_line(rows, model, scale, distribution="horovod", several=False):
+    ranks_rows = rows_of(rows, model, ranks_key(scale, distribution))
     ceiling_rows = rows_of(rows, model, ceiling_key(scale.ranks))
     if not ranks_rows or not ceiling_rows:
         return []
@@ -336,14 +412,15 @@ def _split_line(rows, model, scale):
     added = ranks_step - ceiling_step
     wait = highest_input_wait(ranks_rows)
     wait_text = "-" if wait is None else f"{wait:.2f} %"
-    return [f"| {scale.label} | {ranks_step:.0f} | {ceiling_step:.0f} | {added:+.0f} ms "
+    backend = f" {distribution} |" if several else ""
+    return [f"| {scale.label} |{backend} {ranks_step:.0f} | {ceiling_step:.0f} | {added:+.0f} ms "
             f"({100 * added / ranks_step:+.1f} %) | {rank_spread(ranks_rows):.1f} % | "
             f"{rank_spread(ceiling_rows):.1f} % | {wait_text} |"]
 
 
-def _command_lines(rows, model, scales):
+def _command_lines(rows, model, scales, distributions=("horovod",)):
     lines = []
-    for variant in run_list(scales):
+    for variant in run_list(scales, distributions=distributions):
         found = rows_of(rows, model, variant.key)
         if not found:
             continue
@@ -385,6 +462,9 @@ def parse_args(argv=None):
     parser.add_argument("--rank-env", action="append", default=[], metavar="NAME=VALUE",
                         help="set in the N-rank runs' environment only (repeatable), e.g. "
                              "HOROVOD_CYCLE_TIME=5 to try a setting against the same ceiling")
+    parser.add_argument("--distributions", default="horovod",
+                        help="comma-separated backends each scale runs on, in the same round against the "
+                             "same ceiling: horovod (horovodrun), tf (mpirun); default horovod")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 64 px, a 1-layer BERT, 4 per rank, 1 + 3 steps at every scale, "
                              "1 round")
@@ -401,6 +481,11 @@ def parse_args(argv=None):
     if not keys or any(key not in SCALES for key in keys):
         parser.error(f"--scales {args.scales}: choose from {', '.join(SCALES)}")
     args.scales = [SCALES[key] for key in keys]
+    names = [name.strip() for name in args.distributions.split(",") if name.strip()]
+    if not names or any(name not in DISTRIBUTIONS for name in names) or len(set(names)) < len(names):
+        parser.error(f"--distributions {args.distributions}: choose from {', '.join(DISTRIBUTIONS)}, "
+                     f"each once")
+    args.distributions = tuple(names)
     if any("=" not in item or not item.split("=", 1)[0] for item in args.rank_env):
         parser.error(f"--rank-env {' '.join(args.rank_env)}: give NAME=VALUE")
     args.rank_env = tuple(tuple(item.split("=", 1)) for item in args.rank_env)
@@ -437,7 +522,7 @@ def main(argv=None):
         try:
             with four_hosts(work, any(scale.hosts > 1 for scale in args.scales)) as (cluster, hostfile):
                 for row in measure(args.models, args.scales, args.rounds, make_workload, work, cluster,
-                                   hostfile, args.timeout, log, args.rank_env):
+                                   hostfile, args.timeout, log, args.rank_env, args.distributions):
                     rows.append(row)
                     ceiling._write_rows(args.out, facts, invocation, rows)  # a cut run keeps its rows
         except ceiling.BenchError as error:
@@ -451,7 +536,7 @@ def main(argv=None):
     facts["load_average_end"] = list(os.getloadavg())
     ceiling._write_rows(args.out, facts, invocation, rows)
     print(markdown(rows, args.models, args.scales, facts, invocation, args.rounds, workloads_by_model,
-                   complete=status == 0))
+                   complete=status == 0, distributions=args.distributions))
     return status
 
 
