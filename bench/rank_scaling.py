@@ -13,6 +13,19 @@ Each scale is one command as a user types it:
   one rank of the N-rank run gets (suite/train/dist.py's cpu_threads_per_rank: the host's cores over
   its local ranks, at least 1), given as `--set cpu_threads=K`. Nothing is communicated.
 
+--distributions horovod,tf runs every scale once per backend in the same round, against the same
+ceiling (default: horovod alone, the tables as before). The tf backend (`--set distribution=tf`,
+TensorFlow's own collectives) refuses horovodrun, so it goes through mpirun with the mapping
+horovodrun gives its own mpirun (`--bind-to none --map-by slot`: Open MPI would otherwise bind each rank
+to one core wherever a host has a core per rank, unlike Horovod's ranks and the ceiling's processes):
+`mpirun --oversubscribe -np N --bind-to none --map-by slot python ...` on one host;
+`mpirun -np 8 -hostfile 4node-2slots --bind-to none --map-by slot -x PATH -x PYTHONPATH python ...` on
+the four hosts (the ranks there get only what -x hands on; horovodrun forwards the whole environment),
+with OMPI_MCA_orte_keep_fqdn_hostnames=1 as the horovodrun run has. Each backend then gets its
+efficiency against the ceiling, a "tf / horovod" ratio of the N-rank rates, and a row of its own in
+"where the rest goes". Each row's JSON names its backend ("distribution"; None for a ceiling); a row
+without one, written before the choice, is Horovod's.
+
 Efficiency = the N-rank run's total samples/s / its ceiling's total samples/s, per round and of the
 medians. Rounds alternate the order (the second runs the list backwards), as bench/ceiling.py does,
 whose helpers this script reuses. Timed steps shrink with the scale (an N-rank step does N/2 times
@@ -22,9 +35,12 @@ Where the rest goes comes from each run's throughput.json alone, not from Horovo
 CPU the timeline's writer thread costs rank 0 a core (BENCHMARKS.md, "Horovod and thread settings
 on a CPU"), which would be mixed into the very figure measured. Each scale reports the ranks' median
 step against the ceiling processes' (the difference is what communication and negotiation add to a
-step), the spread of the ranks' rates (imbalance), and the highest input wait.
+step), the spread of the ranks' rates (imbalance), and the highest input wait. The ceiling's step is
+the compute of a rank's step slowed by sharing the cores, with nothing communicated; what the
+ranks' step adds to it is the communication the backward pass did not hide.
 
     .venv/bin/python bench/rank_scaling.py [--rounds 2] [--models resnet50,bert] [--scales 2,4,8,4x2]
+                                           [--distributions horovod,tf]
     .venv/bin/python bench/rank_scaling.py --quick     # a smoke run: 64 px, a 1-layer BERT, few steps
 """
 import argparse

@@ -61,6 +61,49 @@ def test_commands_launch_n_ranks_on_one_host_or_on_the_hostfile(tmp_path):
     assert copies[3][-2:] == ["--run-dir", "D"]
 
 
+def test_the_tf_backend_runs_beside_horovod_in_each_scale_and_alternates_with_it():
+    keys = [variant.key for variant in rank_scaling.run_list(SCALES, distributions=("horovod", "tf"))]
+    assert keys == ["ceiling_2", "ranks_2", "ranks_2_tf", "ceiling_8", "ranks_8", "ranks_8_tf", "ranks_4x2",
+                    "ranks_4x2_tf"]
+    backwards = ceiling.round_order(2, rank_scaling.run_list(SCALES, distributions=("horovod", "tf")))
+    assert [v.key for v in backwards][:3] == ["ranks_4x2_tf", "ranks_4x2", "ranks_8_tf"]
+
+
+def test_tf_commands_launch_mpirun_as_horovodrun_would_on_one_host_or_the_hostfile(tmp_path):
+    workload = rank_scaling.workload_for(ceiling.FULL, "bert", 8, 48, 4, str(tmp_path / "c.json"), "{}")
+    eight = rank_scaling.SCALES["8"]
+    tf = rank_scaling.ranks_variant(eight, distribution="tf")
+    argv, = rank_scaling.job_argvs(workload, tf, eight, ["RUN"], None)
+    assert argv[:argv.index("python")] == ["mpirun", "--oversubscribe", "-np", "8", "--bind-to", "none",
+                                           "--map-by", "slot"]
+    assert argv[-4:] == ["--set", "distribution=tf", "--run-dir", "RUN"] and "global_batch_size=128" in argv
+    horovod, = rank_scaling.job_argvs(workload, rank_scaling.ranks_variant(eight), eight, ["RUN"], None)
+    assert "distribution=tf" not in horovod and horovod[0] == "horovodrun"
+    # Four hosts: the 2-slot hostfile, Open MPI keeping its qualified names (read by mpirun itself, so
+    # not forwarded), and what the ranks on the other hosts need handed on with -x, --rank-env's too.
+    hosts = rank_scaling.SCALES["4x2"]
+    tf = rank_scaling.ranks_variant(hosts, (("TF_ENABLE_ONEDNN_OPTS", "0"),), "tf")
+    argv, = rank_scaling.job_argvs(workload, tf, hosts, ["RUN"], "/tmp/x/4node-2slots")
+    assert argv[:argv.index("python")] == [
+        "mpirun", "-np", "8", "-hostfile", "/tmp/x/4node-2slots", "--bind-to", "none", "--map-by", "slot",
+        "-x", "PATH", "-x", "PYTHONPATH", "-x", "TF_ENABLE_ONEDNN_OPTS"]
+    assert dict(tf.env) == {"OMPI_MCA_orte_keep_fqdn_hostnames": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
+    assert "global_batch_size=128" in argv and tf.key == "ranks_4x2_tf"
+
+
+def test_a_rows_backend_is_recorded_and_a_ceiling_has_none(monkeypatch, tmp_path):
+    result = {"samples_per_second": 5.0, "per_rank": [{"samples_per_second": 5.0, "step_ms_p50": 100.0}],
+              "timed_steps": 3, "per_rank_batch": 4}
+    monkeypatch.setattr(ceiling, "run_at_once", lambda argvs, *rest: [result] * len(argvs))
+    workload = rank_scaling.workload_for(ceiling.QUICK, "bert", 2, 48, 4, str(tmp_path / "c.json"), "{}")
+    two = rank_scaling.SCALES["2"]
+    for variant, backend in ((rank_scaling.ranks_variant(two, distribution="tf"), "tf"),
+                             (rank_scaling.ranks_variant(two), "horovod"),
+                             (rank_scaling.ceiling_variant(2), None)):
+        row = rank_scaling.run_one(workload, variant, two, 1, str(tmp_path), None, None, 60)
+        assert (row["variant"], row["distribution"]) == (variant.key, backend)
+
+
 def test_resnet50_runs_8_processes_at_a_smaller_batch_unless_asked():
     at_8 = rank_scaling.workload_for(ceiling.FULL, "resnet50", 8, 12, 4, "c.json", "{}")
     assert at_8.per_rank_batch == rank_scaling.RESNET50_BATCH_AT_8
@@ -125,9 +168,50 @@ def test_the_report_has_every_scale_the_targets_and_the_commands():
     assert "for i in $(seq 8); do python ceiling_8 --run-dir DIR & done; wait" in text
 
 
+def _with_tf(rows):
+    """The rows of _rounds() (no distribution in them: Horovod's, as rows written before the choice)
+    and a tf run beside each N-rank run, 1.2 times its rate, 100 ms shorter a step."""
+    tf_rows = [_row(row["variant"] + "_tf", 1.2 * row["samples_per_second"], row["round"],
+                    step_ms=row["step_ms_p50"][0] - 100.0)
+               for row in rows if row["variant"].startswith("ranks_")]
+    return rows + tf_rows
+
+
+def test_the_tf_backend_against_horovod_and_the_same_ceiling():
+    rows = _with_tf(_rounds())
+    two = rank_scaling.SCALES["2"]
+    assert ceiling.ratio_per_round(rank_scaling.backend_ratio(two), rows, "bert") == pytest.approx([1.2, 1.2])
+    tf = rank_scaling.efficiency_ratio(two, "tf")
+    assert ceiling.ratio_per_round(tf, rows, "bert") == pytest.approx([1.2 * 0.95, 1.2 * 0.90])
+    # Horovod's rows are found as before
+    horovod = rank_scaling.efficiency_ratio(two)
+    assert ceiling.ratio_per_round(horovod, rows, "bert") == pytest.approx([0.95, 0.9])
+
+
+def test_the_report_gives_each_backend_its_efficiency_ratio_and_split():
+    workload = rank_scaling.workload_for(ceiling.FULL, "bert", 2, 60, 4, "bert_config.json", "{}")
+    facts = {"date_utc": "2026-12-02 07:00 UTC", "nproc": 2, "cpu_model": "Some CPU", "memory_gib": 8.0,
+             "python": "3.11", "tensorflow": "2.18.1", "horovod": "0.28.1", "git_revision": "abc",
+             "load_average_start": [1.0, 1.0, 1.0], "load_average_end": [0.5, 0.5, 0.5]}
+    text = rank_scaling.markdown(_with_tf(_rounds()), ["bert"], SCALES, facts, "bench/rank_scaling.py", 2,
+                                 {"bert": workload}, distributions=("horovod", "tf"))
+    assert "| 2 ranks, one host | horovod | 16 | 20 | 55.50 | 60.00 | 0.925 | 0.950, 0.900 |" in text
+    # 1.2 * 55.5 / 60 = 1.110; round 1: 68.4 / 60, round 2: 64.8 / 60
+    assert "| 2 ranks, one host | tf | 16 | 20 | 66.60 | 60.00 | 1.110 | 1.140, 1.080 |" in text
+    assert "| 8 ranks, 4 hosts x 2 | tf / horovod | 1.200 | 1.200, 1.200 |" in text
+    assert "| 2 ranks, one host | tf | 450 | 500 | -50 ms (-11.1 %) |" in text
+    assert "| 8 ranks, 4 hosts x 2 | horovod | 2400 | 2000 | +400 ms (+16.7 %) |" in text
+    assert "- 8 ranks, 4 hosts x 2, tf backend (mpirun): `python ranks_4x2_tf --run-dir DIR`" in text
+    # Horovod alone: the tables as before there was a choice, no backend column
+    alone = rank_scaling.markdown(_with_tf(_rounds()), ["bert"], SCALES, facts, "x", 2, {"bert": workload})
+    assert "tf" not in alone and "| 2 ranks, one host | 16 | 20 |" in alone
+
+
 def test_bad_flags_are_one_line_naming_the_flag():
     for flags, named in ((["--scales", "16"], "--scales 16"), (["--steps", "bert=x"], "--steps bert=x"),
-                         (["--models", "gpt"], "--models gpt"), (["--rounds", "0"], "--rounds 0")):
+                         (["--models", "gpt"], "--models gpt"), (["--rounds", "0"], "--rounds 0"),
+                         (["--distributions", "gloo"], "--distributions gloo"),
+                         (["--distributions", "tf,tf"], "--distributions tf,tf")):
         with pytest.raises(SystemExit) as stop:
             rank_scaling.parse_args(flags)
         assert stop.value.code == 2, named
@@ -139,3 +223,5 @@ def test_bad_flags_are_one_line_naming_the_flag():
         "HOROVOD_CYCLE_TIME": "5"}
     assert args.steps == {"resnet50": rank_scaling.DEFAULT_STEPS["resnet50"], "bert": 40}
     assert [scale.key for scale in args.scales] == ["2", "4", "8", "4x2"]
+    assert args.distributions == ("horovod",)
+    assert rank_scaling.parse_args(["--distributions", "tf, horovod"]).distributions == ("tf", "horovod")
