@@ -39,8 +39,10 @@ from dataclasses import dataclass, field
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 TWO_RANKS = ("horovodrun", "-np", "2", "-H", "localhost:2")
-# The tf backend's launcher: the mpirun horovodrun itself runs, without Horovod's controller.
-TWO_RANKS_MPIRUN = ("mpirun", "--oversubscribe", "-np", "2")
+# The tf backend's launcher: the mpirun horovodrun itself runs (unbound, as horovodrun and
+# suite.cluster.launch start it: at -np 2 Open MPI would otherwise pin each rank to one core),
+# without Horovod's controller.
+TWO_RANKS_MPIRUN = ("mpirun", "--oversubscribe", "-np", "2", "--bind-to", "none", "--map-by", "slot")
 # The pools one rank of a 2-rank run on this machine uses, given to the canonical ceiling's processes.
 CANONICAL_CEILING_ENV = (("TF_NUM_INTRAOP_THREADS", "1"), ("TF_NUM_INTEROP_THREADS", "1"))
 RUN_DIRS = ("DIR", "DIR2")  # the run folders of a variant's copies, as the printed commands show them

@@ -254,6 +254,7 @@ def test_the_tf_backend_runs_under_mpirun_with_its_setting():
     variant = next(v for v in ceiling.VARIANTS if v.key == "suite_2_tf")
     argv = ceiling.command(workload, variant, "DIR")
     assert argv[:4] == ["mpirun", "--oversubscribe", "-np", "2"] and "distribution=tf" in argv
+    assert argv[4:8] == ["--bind-to", "none", "--map-by", "slot"]  # unbound, as under horovodrun
     assert "global_batch_size=8" in argv  # 4 per rank, 2 ranks
 
 
