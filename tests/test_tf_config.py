@@ -80,3 +80,18 @@ def test_the_rank_tensorflow_names_as_gone_is_read_from_its_error():
     assert backend.rank_named_in(RuntimeError(text)) == 3
     assert backend.rank_named_in(RuntimeError("/job:worker/replica:0/task:0 is this rank")) is None
     assert backend.rank_named_in(RuntimeError("no task named")) is None
+
+
+def test_a_tf_run_never_imports_horovod():
+    """One process through dist.initialize with the tf backend, a collective included: Horovod stays out,
+    so the backend keeps working where Horovod cannot be installed."""
+    import subprocess
+    import sys
+    from helpers.running import REPO, subprocess_env
+    code = ("import sys; from suite.train import dist; world = dist.initialize(distribution='tf'); "
+            "print(dist.allreduce_sum([2.0], 'x')[0], world.controller, world.distribution, "
+            "sorted(m for m in sys.modules if m.startswith('horovod')))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=subprocess_env(), capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[-2] == "2.0 none tf []"
