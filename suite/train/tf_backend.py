@@ -8,7 +8,8 @@ the others as a sum in which every other rank adds zeros, which is exact.
 
 The launcher's MPI communicator (mpi4py) carries what is not a tensor: the workers' addresses for
 TF_CONFIG (suite/train/tf_config.py) and the small Python objects the session exchanges. Horovod is
-never imported, so this backend keeps working where Horovod does not (Keras 3, TensorFlow >= 2.19).
+never imported, so a tf run does not depend on Horovod's build (which TensorFlow >= 2.19 breaks
+without patches); the suite's Keras code still needs Keras 2 (tf-keras) either way.
 """
 import contextlib
 import os
