@@ -587,6 +587,8 @@ def parse_args(argv=None):
     parser.add_argument("--timeout", type=int, default=1800, help="seconds one run may take (default 1800)")
     parser.add_argument("--out", default="", help="also write the machine facts and every row as JSON here")
     parser.add_argument("--steps", type=int, help="timed steps per run (default 20, with --quick 3)")
+    parser.add_argument("--image-size", type=int, help="ResNet-50's image size (default 224, with --quick 64)")
+    parser.add_argument("--per-rank-batch", type=int, help="samples per rank (default 16, with --quick 4)")
     parser.add_argument("--warmup-steps", type=int, help="untimed steps first (default 5, with --quick 1)")
     parser.add_argument("--variants", default="",
                         help=f"comma-separated subset of: {', '.join(v.key for v in VARIANTS)} (default: all)")
@@ -610,7 +612,8 @@ def parse_args(argv=None):
         args.rounds = 1 if args.quick else 2
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: must be at least 1")
-    for flag, value in (("--steps", args.steps), ("--warmup-steps", args.warmup_steps)):
+    for flag, value in (("--steps", args.steps), ("--warmup-steps", args.warmup_steps),
+                        ("--image-size", args.image_size), ("--per-rank-batch", args.per_rank_batch)):
         if value is not None and value < 1:
             parser.error(f"{flag} {value}: must be at least 1")
     if args.timeout < 1:
@@ -632,7 +635,9 @@ def main(argv=None):
         config_path = os.path.join(work, "bert_config.json")
         sizes = QUICK if args.quick else FULL
         sizes = dataclasses.replace(sizes, steps=args.steps or sizes.steps,
-                                    warmup_steps=args.warmup_steps or sizes.warmup_steps)
+                                    warmup_steps=args.warmup_steps or sizes.warmup_steps,
+                                    image_size=args.image_size or sizes.image_size,
+                                    per_rank_batch=args.per_rank_batch or sizes.per_rank_batch)
         known = workloads(sizes, config_path, bert_config(sizes, config_path))
         chosen = [known[key] for key in chosen_keys]
         try:
