@@ -338,7 +338,7 @@ def _summary(spec, job, world, outcome, per_rank, seed, wall_seconds):
 def _abort(spec, state, err):
     """Closes the log as aborted, tells the user in one line and frees the ranks waiting on this one."""
     world, watch = state.world, state.watch
-    rank = world.rank if world else 0
+    rank = world.rank if world else startup.env_rank()  # before the backend joined: the launcher's
     if not state.claim():
         # The rank watch or the signal watcher is closing the run and ends the process in a moment.
         time.sleep(PEER_GRACE_SECONDS)
