@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 from suite.common.config import DISTRIBUTIONS  # noqa: F401  (the names, kept with the setting)
 
+# Launchers that start MPI ranks: a backend joins their MPI_COMM_WORLD instead of a job of its own.
+MPI_LAUNCHERS = ("mpirun", "srun", "mpiexec")
+
 
 class LaunchError(RuntimeError):
     """The processes were started in a way the run cannot use (e.g. more ranks than GPUs on a host)."""

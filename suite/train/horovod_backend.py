@@ -3,10 +3,7 @@ import numpy as np
 import tensorflow as tf
 import horovod.tensorflow as hvd
 
-from suite.train.backend import Backend, Membership
-
-# Launchers that start MPI ranks: Horovod must join their MPI_COMM_WORLD, not start a job of its own.
-MPI_LAUNCHERS = ("mpirun", "srun", "mpiexec")
+from suite.train.backend import MPI_LAUNCHERS, Backend, Membership
 
 
 def _start_horovod(launcher):

@@ -20,9 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from suite.train import tf_config
-from suite.train.backend import Backend, LaunchError, Membership
-
-MPI_LAUNCHERS = ("mpirun", "srun", "mpiexec")
+from suite.train.backend import MPI_LAUNCHERS, Backend, LaunchError, Membership
 SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
 
 
